@@ -1,0 +1,1 @@
+"""tramita's LangGraph state graph: state, context, routers, builder and checkpointer factory."""

@@ -1,0 +1,40 @@
+"""Checkpointer factory: SqliteSaver by default (a file in the data directory), PostgresSaver when
+the URL is a PostgreSQL one. The same graph runs on either; only configuration changes."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+
+@contextmanager
+def open_checkpointer(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    """Yield a ready checkpointer for `url` and close its connection afterwards."""
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg import Connection
+        from psycopg.rows import dict_row
+
+        conninfo = url.replace("postgresql+psycopg://", "postgresql://")
+        with Connection.connect(conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+            saver = PostgresSaver(conn)  # type: ignore[arg-type]
+            saver.setup()
+            yield saver
+        return
+    path = url.removeprefix("sqlite:///")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    try:
+        saver = SqliteSaver(conn)
+        saver.setup()
+        yield saver
+    finally:
+        conn.close()

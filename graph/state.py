@@ -1,0 +1,154 @@
+"""Graph state.
+
+Everything that must survive between turns lives here and is persisted by the checkpointer: the
+open transaction, the last finished one (for audit), and the messages. Per-turn scratch values
+(`intent`, `plan`, `contexts`, `turn`) are reset by `route_turn` at the start of every run, so a
+turn never reads a previous turn's routing decision.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+
+Status = Literal["idle", "collecting", "awaiting_confirmation"]
+
+
+class Transaction(TypedDict, total=False):
+    """A business tool in progress across turns."""
+
+    id: str  # uuid4; with the argument hash it forms the idempotency key
+    tool: str
+    version: int
+    status: Status
+    args: dict[str, Any]  # validated, canonical values only
+    pending: list[str]  # required parameters still missing
+    summary: str  # the exact summary shown to the user
+    confirmation_hash: str  # hash of (tool, args) that the summary showed
+    reprompts: int
+    started_at: str
+    updated_at: str
+
+
+class LastTransaction(TypedDict, total=False):
+    """Outcome of the most recent transaction that ended (kept for audit and the evals)."""
+
+    id: str
+    tool: str
+    args: dict[str, Any]
+    outcome: Literal["executed", "cancelled", "abandoned", "expired", "failed", "disabled"]
+    message: str
+    target_id: str | None
+    at: str
+
+
+class Intent(TypedDict, total=False):
+    """What this turn is about, as decided by select_intent / intent_shift."""
+
+    kind: Literal["tool", "question", "cancel", "none", "refuse", "correction", "shift", "confirm"]
+    tool: str
+    score: float
+    reason: str
+
+
+class Plan(TypedDict, total=False):
+    use_docs: bool
+    use_sql: bool
+    use_graph: bool
+    reason: str
+
+
+class TurnTrace(TypedDict, total=False):
+    """Per-turn trace: how the turn was routed and what it cost. Evals and benches read it."""
+
+    route: str
+    nodes: list[str]
+    llm_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    llm_seconds: float
+    executed_tool: str | None
+    refused: bool
+    refusal: str | None
+    errors: list[str]
+
+
+def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
+    """Reducer: counters add up, node lists append, scalars take the latest value.
+
+    An update carrying `route == "__reset__"` starts a fresh trace (done once per turn by
+    route_turn), which keeps the trace per turn while nodes return partial updates only.
+    """
+    if new is None:
+        return old or TurnTrace()
+    if old is None or new.get("route") == "__reset__":
+        old = TurnTrace(route="", nodes=[], llm_calls=0, prompt_tokens=0, completion_tokens=0,
+                        llm_seconds=0.0, executed_tool=None, refused=False, refusal=None, errors=[])
+        if new.get("route") == "__reset__":
+            new = TurnTrace(**{k: v for k, v in new.items() if k != "route"})  # type: ignore[typeddict-item]
+    merged: TurnTrace = TurnTrace(**old)
+    for key in ("llm_calls", "prompt_tokens", "completion_tokens"):
+        if key in new:
+            merged[key] = int(old.get(key, 0)) + int(new[key])  # type: ignore[literal-required]
+    if "llm_seconds" in new:
+        merged["llm_seconds"] = float(old.get("llm_seconds", 0.0)) + float(new["llm_seconds"])
+    if "nodes" in new:
+        merged["nodes"] = [*old.get("nodes", []), *new["nodes"]]
+    if "errors" in new:
+        merged["errors"] = [*old.get("errors", []), *new["errors"]]
+    for key in ("route", "executed_tool", "refused", "refusal"):
+        if key in new:
+            merged[key] = new[key]  # type: ignore[literal-required]
+    return merged
+
+
+def add_contexts(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Reducer for retrieval contexts; `None` clears them (start of a turn)."""
+    if new is None:
+        return []
+    return [*(old or []), *new]
+
+
+def add_notices(old: list[str] | None, new: list[str] | None) -> list[str]:
+    """Reducer for notices; a list starting with "__reset__" replaces them (start of a turn)."""
+    if new is None:
+        return []
+    if new and new[0] == "__reset__":
+        return list(new[1:])
+    return [*(old or []), *new]
+
+
+class InputState(TypedDict):
+    """What a caller sends: the new user message(s)."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class OutputState(TypedDict, total=False):
+    """What a caller gets back."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    answer: str
+    status: Status
+    transaction: Transaction | None
+    last_transaction: LastTransaction | None
+    turn: Annotated[TurnTrace, merge_trace]
+
+
+class State(InputState, total=False):
+    """The whole persisted state of a thread."""
+
+    answer: str
+    status: Status
+    lang: str
+    transaction: Transaction | None
+    last_transaction: LastTransaction | None
+    turn: Annotated[TurnTrace, merge_trace]
+    intent: Intent | None
+    plan: Plan | None
+    contexts: Annotated[list[dict[str, Any]], add_contexts]
+    resume: bool  # a digression answered mid-transaction: respond re-asks the pending step
+    notices: Annotated[list[str], add_notices]  # sentences earlier nodes of this turn want said
+    step: str | None  # what respond should ask next: ask | confirm | resume | reprompt | offer_cancel

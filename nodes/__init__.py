@@ -1,0 +1,1 @@
+"""One module per graph node. Each node is `(state, runtime) -> partial update`."""

@@ -1,0 +1,73 @@
+"""await_confirmation: an explicit yes or no wins over everything.
+
+The lexicon (policies/lexicons.yaml) decides plain replies with zero LLM calls. A reply that
+changes a value ("na verdade é a EXP-0266", "sim, mas com prioridade P2") is a correction: it is
+re-validated and a NEW summary is shown, so the earlier confirmation can never apply to other
+arguments. Short unclear replies go to the LLM fallback; anything else goes to intent_shift.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel
+
+from graph.context import Context
+from graph.state import Intent, State, Transaction
+from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, user_text
+from tools.llm import LLMError, Usage, structured_call
+from tramita.extraction import correction_allowed, deterministic
+from tramita.intent import synonyms_for
+from tramita.lexicon import classify as lexicon
+from tramita.lexicon import has_correction_cue
+from tramita.replies import say
+from tramita.text import is_question, words
+from tramita.transactions import advance, apply_values
+
+
+class Decision(BaseModel):
+    decision: Literal["confirm", "reject", "other"]
+
+
+def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = ctx_of(runtime)
+    s = svc()
+    text = user_text(state)
+    lang = lang_of(state)
+    tx = Transaction(**(state.get("transaction") or {}))
+    spec = s.registry.get(tx["tool"], ctx.tenant)
+    usage = Usage()
+    reply = lexicon(text)
+    if reply == "confirm":
+        return {"intent": Intent(kind="confirm"), "turn": trace("await_confirmation", route="confirm:lexicon")}
+    if reply in ("reject", "cancel"):
+        return {"intent": Intent(kind="cancel"), "turn": trace("await_confirmation", route=f"{reply}:lexicon")}
+    # a correction: a typed value that differs from the one in the summary
+    found = deterministic(spec, text, s.engine, synonyms_for(spec))
+    cue = has_correction_cue(text)
+    changed = {k: v for k, v in found.values.items() if str(tx["args"].get(k, "")).upper() != str(v).upper()
+               and correction_allowed(spec.properties[k], text, cue)}
+    if changed:
+        tctx = tool_context(ctx, lang, s)
+        tx["args"] = dict(tx["args"])
+        applied = apply_values(spec, tx, changed, tctx)
+        notices = [say("refused_value", lang, error=e.message(lang)) for e in applied.errors]
+        stage, more = advance(spec, tx, tctx, s.registry)
+        notices += [say("refused_value", lang, error=e.message(lang)) for e in more]
+        tx["updated_at"] = now_for(ctx).isoformat()
+        return {"transaction": tx, "status": "awaiting_confirmation" if stage == "awaiting_confirmation" else "collecting",
+                "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
+                "intent": Intent(kind="correction"),
+                "turn": trace("await_confirmation", route="correction", refused=bool(applied.errors or more))}
+    if len(words(text)) <= 6 and not is_question(text):
+        try:
+            d = structured_call("confirmation", Decision, "confirmation", backend=ctx.llm_backend, usage=usage,
+                                summary=tx.get("summary", ""), message=text)
+            if d.decision == "confirm":
+                return {"intent": Intent(kind="confirm"), "turn": trace("await_confirmation", route="confirm:llm", **usage.trace())}
+            if d.decision == "reject":
+                return {"intent": Intent(kind="cancel"), "turn": trace("await_confirmation", route="reject:llm", **usage.trace())}
+        except LLMError:
+            pass
+    return {"intent": Intent(kind="shift"), "turn": trace("await_confirmation", route="other", **usage.trace())}

@@ -1,0 +1,31 @@
+"""select_intent: idle turn — is this a tool request, a question, or neither?"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context
+from graph.state import Intent, State
+from nodes.common import ctx_of, lang_of, svc, trace, user_text
+from tools.llm import Usage
+from tramita.intent import classify
+from tramita.lexicon import classify as lexicon
+from tramita.replies import say
+
+
+def select_intent(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = ctx_of(runtime)
+    text = user_text(state)
+    lang = lang_of(state)
+    usage = Usage()
+    if lexicon(text) is not None:
+        # "sim" / "cancela" with nothing pending executes nothing (README rule 7)
+        intent = Intent(kind="none", reason="reply with nothing pending")
+        return {"intent": intent, "notices": [say("nothing_pending", lang)], "turn": trace("select_intent", route="idle-reply")}
+    try:
+        intent = classify(text, ctx, svc(), usage)
+    except Exception as exc:  # noqa: BLE001 - registry/embeddings down: answer as a question instead
+        intent = Intent(kind="question", reason=f"matching unavailable: {exc}")
+    return {"intent": intent, "turn": trace("select_intent", route=f"select:{intent.get('kind')}", **usage.trace())}

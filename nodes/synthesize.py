@@ -1,0 +1,34 @@
+"""synthesize: one answer, in the user's language, citing its sources. It never runs a tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from graph.context import Context
+from graph.state import State
+from nodes.common import ctx_of, lang_of, trace, user_text
+from nodes.retrieve import render_contexts
+from tools.llm import LLMError, Usage, text_call
+from tramita.replies import say
+
+LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
+
+
+def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    ctx = ctx_of(runtime)
+    lang = lang_of(state)
+    usage = Usage()
+    contexts = state.get("contexts", [])
+    gaps = [say("backend_gap", lang, backend=c["backend"], error=str(c["error"])[:160]) for c in contexts if c.get("error")]
+    block = render_contexts(contexts)
+    if not block.strip():
+        return {"answer": say("no_answer", lang), "notices": gaps, "turn": trace("synthesize", route="answer:empty")}
+    try:
+        answer = text_call("synthesis", "synthesize", backend=ctx.llm_backend, usage=usage,
+                           language=LANGUAGE.get(lang, "Portuguese (Brazil)"), context=block, question=user_text(state))
+    except LLMError as exc:
+        return {"answer": say("llm_failed", lang, error=str(exc)[:160]), "notices": gaps,
+                "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
+    return {"answer": answer, "notices": gaps, "turn": trace("synthesize", route="answer", **usage.trace())}

@@ -1,0 +1,91 @@
+"""Shared fixtures.
+
+PostgreSQL: `TRAMITA_TEST_PG_URL` (set by `.ci/run`) points at a running server where we may create
+databases; otherwise a throwaway cluster is started here when the server binaries exist. Tests that
+need it are marked `postgres` and skip with the reason when neither is possible.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pgcluster import PgCluster, start_cluster
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgCluster | str]:
+    """A PostgreSQL server: the URL given by CI, or a cluster we start and stop."""
+    given = os.environ.get("TRAMITA_TEST_PG_URL")
+    if given:
+        yield given
+        return
+    try:
+        cluster = start_cluster()
+    except Exception as exc:  # noqa: BLE001 - the reason is reported in the skip
+        pytest.skip(f"no PostgreSQL server available: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_database(pg_server: PgCluster | str) -> str:
+    """A fresh, empty database on the test server; returns its URL (postgresql://...)."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = pg_server if isinstance(pg_server, str) else pg_server.url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory with every embedded store ingested once per test session (SQLite,
+    LadybugDB, Chroma documents and tool embeddings, the registry rows)."""
+    from ingest.run import ingest_all
+    from tramita.settings import Settings
+
+    base = tmp_path_factory.mktemp("tramita-data")
+    old = os.environ.get("TRAMITA_DATA_DIR")
+    os.environ["TRAMITA_DATA_DIR"] = str(base)
+    try:
+        ingest_all(Settings.from_env(), progress=False, models=True, say=lambda *_: None)
+    finally:
+        if old is None:
+            os.environ.pop("TRAMITA_DATA_DIR", None)
+        else:
+            os.environ["TRAMITA_DATA_DIR"] = old
+    return base
+
+
+@pytest.fixture
+def novaops(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of the SQL dataset for one test; graph and documents are shared read-only.
+    Returns the path of the SQLite copy; the environment points every component at it."""
+    from ingest.sql_loader import copy_sqlite
+    from tramita.runtime import reset_services
+
+    db = tmp_path / "novaops.db"
+    copy_sqlite(pristine / "novaops.db", db)
+    monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TRAMITA_SQL_URL", f"sqlite:///{db}")
+    monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
+    monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(pristine / "chroma"))
+    monkeypatch.setenv("TRAMITA_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'checkpoints.db'}")
+    monkeypatch.setenv("TRAMITA_TODAY", "2026-05-15")
+    reset_services()
+    yield db
+    reset_services()

@@ -1,0 +1,1 @@
+"""Business-tool handlers: the only code that writes to the business database."""

@@ -1,0 +1,196 @@
+"""Chat models by component profile, and the one way nodes call them.
+
+`policies/llm_profiles.yaml` gives each component (extraction, confirmation, router, planner,
+text_to_sql, text_to_cypher, synthesis) its backend, temperature, token limit and timeout.
+`structured_call` is the budgeted entry point: schema-constrained output, validation, ONE retry that
+shows the model its error, then a clear `LLMError`; it returns token usage so every turn's trace can
+count LLM calls and tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.registry_models import load_model
+from tramita.paths import POLICIES_DIR
+from tramita.prompts import split
+
+T = TypeVar("T", bound=BaseModel)
+COMPONENTS = ("transaction_parameter_extraction", "confirmation", "router", "planner", "text_to_sql",
+              "text_to_cypher", "synthesis")
+
+
+class LLMError(RuntimeError):
+    """The model failed twice (timeout, invalid JSON, wrong schema, empty reply)."""
+
+
+class BackendSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["llamacpp", "openai", "scripted"]
+    model: str
+    model_env: str | None = None
+    base_url_env: str | None = None
+    api_key_env: str | None = None
+    n_ctx: int = 4096
+    n_threads: int = 2
+
+
+class ComponentProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: str
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(256, ge=1, le=8192)
+    timeout_seconds: float = Field(60.0, gt=0)
+
+
+class ProfilesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backends: dict[str, BackendSpec]
+    components: dict[str, ComponentProfile]
+
+
+@lru_cache(maxsize=1)
+def profiles() -> ProfilesFile:
+    path = POLICIES_DIR / "llm_profiles.yaml"
+    pf: ProfilesFile = load_model(path, ProfilesFile)
+    missing = [c for c in COMPONENTS if c not in pf.components]
+    unknown = [f"{c}.backend={p.backend}" for c, p in pf.components.items() if p.backend not in pf.backends]
+    if missing or unknown:
+        raise ValueError(f"{path}: field components: missing {missing}, unknown backends {unknown}")
+    return pf
+
+
+def backend_names() -> list[str]:
+    return sorted(profiles().backends)
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, msg: AIMessage | None, seconds: float) -> None:
+        self.calls += 1
+        self.seconds += seconds
+        meta = getattr(msg, "usage_metadata", None) or {}
+        self.prompt_tokens += int(meta.get("input_tokens", 0))
+        self.completion_tokens += int(meta.get("output_tokens", 0))
+
+    def trace(self) -> dict[str, Any]:
+        return {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "llm_seconds": self.seconds}
+
+
+_overrides: dict[str, BaseChatModel] = {}
+
+
+def override_model(backend: str, model: BaseChatModel | None) -> None:
+    """Install a model object for a backend name (tests, benchmarks, fault injection)."""
+    if model is None:
+        _overrides.pop(backend, None)
+    else:
+        _overrides[backend] = model
+
+
+@lru_cache(maxsize=32)
+def _build(component: str, backend_name: str) -> BaseChatModel:
+    pf = profiles()
+    prof = pf.components[component]
+    if backend_name not in pf.backends:
+        raise LLMError(f"unknown LLM backend {backend_name!r}; choose one of {', '.join(sorted(pf.backends))}")
+    spec = pf.backends[backend_name]
+    if spec.provider == "llamacpp":
+        from tools.llamacpp_chat import ChatLlamaCppShared
+        from tools.model_assets import gguf_path
+
+        return ChatLlamaCppShared(model_path=str(gguf_path(spec.model)), n_ctx=spec.n_ctx, n_threads=spec.n_threads,
+                                  temperature=prof.temperature, max_tokens=prof.max_tokens,
+                                  timeout_seconds=prof.timeout_seconds)
+    if spec.provider == "openai":
+        from langchain.chat_models import init_chat_model
+
+        model = os.environ.get(spec.model_env or "", "") or spec.model
+        base_url = os.environ.get(spec.base_url_env or "", "") or None
+        api_key = os.environ.get(spec.api_key_env or "", "") or "not-needed"
+        return init_chat_model(model, model_provider="openai", base_url=base_url, api_key=api_key,
+                               temperature=prof.temperature, max_tokens=prof.max_tokens,
+                               timeout=prof.timeout_seconds, max_retries=0)
+    from tools.scripted_model import ScriptedChatModel
+
+    return ScriptedChatModel()
+
+
+def chat_model(component: str, backend: str | None = None) -> BaseChatModel:
+    """The chat model for a component; `backend` (the Context's llm_backend) overrides the profile."""
+    name = backend or profiles().components[component].backend
+    if name in _overrides:
+        return _overrides[name]
+    return _build(component, name)
+
+
+def structured_call(component: str, schema: type[T], prompt: str, *, backend: str | None = None,
+                    usage: Usage | None = None, **values: Any) -> T:
+    """Render `prompts/<prompt>.txt`, call the component's model under `schema`, validate, retry once.
+
+    Raises LLMError with the reason after the second failure; `usage` accumulates calls and tokens
+    of every attempt.
+    """
+    usage = usage if usage is not None else Usage()
+    system, user = split(prompt, **values)
+    messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(user)] if system else [HumanMessage(user)]
+    model = chat_model(component, backend).with_structured_output(schema, include_raw=True)
+    last_error = ""
+    for attempt in range(2):
+        started = time.monotonic()
+        try:
+            out = model.invoke(messages)
+        except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, runtime errors
+            usage.add(None, time.monotonic() - started)
+            last_error = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        raw = out.get("raw") if isinstance(out, dict) else None
+        usage.add(raw, time.monotonic() - started)
+        parsed = out.get("parsed") if isinstance(out, dict) else out
+        if parsed is not None and isinstance(parsed, schema):
+            return parsed
+        err = out.get("parsing_error") if isinstance(out, dict) else None
+        content = str(getattr(raw, "content", ""))[:200]
+        last_error = f"invalid output {content!r}: {err}"[:300] if content.strip() else "empty reply"
+        if attempt == 0:
+            messages = [*messages, AIMessage(content or "(empty)"),
+                        HumanMessage(f"That reply was invalid ({last_error}). Reply again with JSON that matches the schema.")]
+    raise LLMError(f"{component}: {last_error}")
+
+
+def text_call(component: str, prompt: str, *, backend: str | None = None, usage: Usage | None = None,
+              **values: Any) -> str:
+    """Free-text generation (synthesis). Empty output or an exception is retried once."""
+    usage = usage if usage is not None else Usage()
+    system, user = split(prompt, **values)
+    messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(user)] if system else [HumanMessage(user)]
+    model = chat_model(component, backend)
+    last_error = ""
+    for _ in range(2):
+        started = time.monotonic()
+        try:
+            msg = model.invoke(messages)
+        except Exception as exc:  # noqa: BLE001
+            usage.add(None, time.monotonic() - started)
+            last_error = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        usage.add(msg if isinstance(msg, AIMessage) else None, time.monotonic() - started)
+        text = str(msg.content).strip()
+        if text:
+            return text
+        last_error = "empty reply"
+    raise LLMError(f"{component}: {last_error}")

@@ -1,0 +1,478 @@
+"""The tool registry (Protheus DTA's HZV/HZZ tables): storage, sync, embeddings, permissions, matching.
+
+Rows live in the business SQL database (`tool_registry`, `tool_examples`, `tool_permissions`) so that
+every process sharing that database (CLI, `langgraph dev`, several servers) sees the same catalog;
+a `registry_revision` counter in `tramita_meta` tells each process when to reload its cache. The
+vectors live in a Chroma collection keyed by `tenant:name:vVERSION`, so an unchanged version is never
+re-embedded and a higher version gets a new vector.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from sqlalchemy import Connection, Engine, text
+
+from tools.registry_models import (
+    GroupFile,
+    PolicyFile,
+    RegistryError,
+    ToolPolicy,
+    ToolSpec,
+    load_model,
+    load_tool_file,
+)
+from tramita.paths import POLICIES_DIR
+
+DDL = [
+    "CREATE TABLE IF NOT EXISTS tramita_meta (key TEXT PRIMARY KEY, value TEXT)",
+    """CREATE TABLE IF NOT EXISTS tool_registry (
+        tenant TEXT NOT NULL, name TEXT NOT NULL, handler TEXT NOT NULL, version INTEGER NOT NULL,
+        description TEXT NOT NULL, params_json TEXT NOT NULL, enabled INTEGER NOT NULL,
+        standard INTEGER NOT NULL, strict INTEGER NOT NULL, rules TEXT NOT NULL, grp TEXT NOT NULL,
+        short_description TEXT NOT NULL, embedding_id TEXT, updated_at TEXT NOT NULL,
+        PRIMARY KEY (tenant, name))""",
+    """CREATE TABLE IF NOT EXISTS tool_examples (
+        tenant TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER NOT NULL, example TEXT NOT NULL,
+        PRIMARY KEY (tenant, name, seq))""",
+    """CREATE TABLE IF NOT EXISTS tool_permissions (
+        tenant TEXT NOT NULL, name TEXT NOT NULL, grantee_type TEXT NOT NULL, grantee TEXT NOT NULL,
+        PRIMARY KEY (tenant, name, grantee_type, grantee))""",
+]
+
+COLLECTION = "tool_registry"
+_VEC_SUFFIX = re.compile(r":(d|e\d+)$")  # description / example vectors beside the HZV vector
+
+
+@dataclass
+class SyncReport:
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    kept_custom: list[str] = field(default_factory=list)
+    stale_yaml: list[str] = field(default_factory=list)  # YAML version lower than the stored one
+    embedded: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Candidate:
+    name: str
+    score: float
+    permitted: bool
+
+
+@dataclass
+class MatchResult:
+    """Top candidates plus the margin rule's verdict.
+
+    `decision` is "clear" (top permitted candidate wins by the margin), "close" (the LLM should
+    choose among `candidates`), "denied" (the clear winner is a tool the user may not use) or
+    "none" (below the floor: not a tool request).
+    """
+
+    candidates: list[Candidate]
+    decision: str
+    best: str | None = None
+
+
+@dataclass
+class _Index:
+    revision: str
+    names: list[str]  # one per tool that has vectors, in row-group order
+    offsets: np.ndarray  # first row of each tool's group (for np.maximum.reduceat)
+    matrix: np.ndarray  # unit vectors, grouped by tool
+
+
+def resolve_handler(handler: str) -> tuple[Any, str]:
+    """`module:Class.method` → (instance, method name). Import errors name the handler."""
+    module_name, _, qual = handler.partition(":")
+    cls_name, _, method = qual.partition(".")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, cls_name)
+        obj = cls()
+        getattr(obj, method)
+    except (ImportError, AttributeError) as exc:
+        raise RegistryError(f"handler {handler!r} cannot be resolved: {exc}") from exc
+    return obj, method
+
+
+class Registry:
+    """Catalog operations. Every public method is also a `tramita tools …` command."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        chroma_dir: str | Path | None = None,
+        embeddings: Embeddings | Callable[[], Embeddings] | None = None,
+        policies_dir: Path = POLICIES_DIR,
+        floor: float = 0.86,
+        margin: float = 0.015,
+    ) -> None:
+        self.engine = engine
+        self.chroma_dir = str(chroma_dir) if chroma_dir else None
+        self._embeddings = embeddings
+        self.policies_dir = policies_dir
+        self.floor = floor
+        self.margin = margin
+        self._policies: PolicyFile = load_model(policies_dir / "tool_policies.yaml", PolicyFile)
+        self._groups: GroupFile = load_model(policies_dir / "groups.yaml", GroupFile)
+        self._lock = threading.Lock()
+        self._index: dict[str, _Index] = {}
+        self._specs: dict[str, dict[tuple[str, str], ToolSpec]] = {}
+        self.embed_calls = 0  # tools (re)embedded; the version-bump test counts them
+        self.embedded_texts = 0
+        self.ensure_tables()
+
+    # ------------------------------------------------------------------ storage
+    def ensure_tables(self) -> None:
+        with self.engine.begin() as conn:
+            for ddl in DDL:
+                conn.execute(text(ddl))
+
+    def _bump_revision(self, conn: Connection) -> None:
+        rev = datetime.now().isoformat(timespec="microseconds")
+        updated = conn.execute(text("UPDATE tramita_meta SET value = :v WHERE key = 'registry_revision'"), {"v": rev})
+        if updated.rowcount == 0:
+            conn.execute(text("INSERT INTO tramita_meta (key, value) VALUES ('registry_revision', :v)"), {"v": rev})
+
+    def revision(self) -> str:
+        with self.engine.connect() as conn:
+            row = conn.execute(text("SELECT value FROM tramita_meta WHERE key = 'registry_revision'")).first()
+        return str(row[0]) if row else ""
+
+    def _write_spec(self, conn: Connection, spec: ToolSpec) -> None:
+        now = datetime.now().isoformat(timespec="seconds")
+        key = {"t": spec.tenant, "n": spec.name}
+        for table in ("tool_registry", "tool_examples", "tool_permissions"):
+            conn.execute(text(f"DELETE FROM {table} WHERE tenant = :t AND name = :n"), key)
+        conn.execute(
+            text(
+                "INSERT INTO tool_registry (tenant, name, handler, version, description, params_json, enabled,"
+                " standard, strict, rules, grp, short_description, embedding_id, updated_at) VALUES"
+                " (:t, :n, :handler, :version, :description, :params, :enabled, :standard, :strict, :rules,"
+                " :grp, :short, :emb, :now)"
+            ),
+            {**key, "handler": spec.handler, "version": spec.version, "description": spec.description,
+             "params": json.dumps(spec.params, ensure_ascii=False, sort_keys=True), "enabled": int(spec.enabled),
+             "standard": int(spec.standard), "strict": int(spec.strict), "rules": spec.rules, "grp": spec.group,
+             "short": spec.short_description, "emb": self._embedding_id(spec), "now": now},
+        )
+        for seq, example in enumerate(spec.examples):
+            conn.execute(text("INSERT INTO tool_examples (tenant, name, seq, example) VALUES (:t, :n, :s, :e)"),
+                         {**key, "s": seq, "e": example})
+        grants = [("user", u) for u in spec.permissions.users] + [("group", g) for g in spec.permissions.groups]
+        for gtype, grantee in grants:
+            conn.execute(text("INSERT INTO tool_permissions (tenant, name, grantee_type, grantee) VALUES (:t, :n, :gt, :g)"),
+                         {**key, "gt": gtype, "g": grantee})
+
+    @staticmethod
+    def _embedding_id(spec: ToolSpec) -> str:
+        return f"{spec.tenant}:{spec.name}:v{spec.version}"
+
+    def _load_specs(self) -> dict[tuple[str, str], ToolSpec]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(text("SELECT * FROM tool_registry ORDER BY grp, name")).mappings().all()
+            examples = conn.execute(text("SELECT tenant, name, example FROM tool_examples ORDER BY tenant, name, seq")).all()
+            grants = conn.execute(text("SELECT tenant, name, grantee_type, grantee FROM tool_permissions")).all()
+        ex: dict[tuple[str, str], list[str]] = {}
+        for t, n, e in examples:
+            ex.setdefault((t, n), []).append(e)
+        gr: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for t, n, gt, g in grants:
+            gr.setdefault((t, n), {"users": [], "groups": []})["users" if gt == "user" else "groups"].append(g)
+        specs: dict[tuple[str, str], ToolSpec] = {}
+        for r in rows:
+            key = (r["tenant"], r["name"])
+            specs[key] = ToolSpec(
+                name=r["name"], tenant=r["tenant"], handler=r["handler"], version=int(r["version"]),
+                description=r["description"], params=json.loads(r["params_json"]), enabled=bool(r["enabled"]),
+                standard=bool(r["standard"]), strict=bool(r["strict"]), rules=r["rules"], group=r["grp"],
+                short_description=r["short_description"], permissions=gr.get(key, {"users": [], "groups": []}),
+                examples=ex.get(key, []),
+            )
+        return specs
+
+    def specs(self) -> dict[tuple[str, str], ToolSpec]:
+        """All stored tools, cached per registry revision (cheap to call every turn)."""
+        rev = self.revision()
+        with self._lock:
+            cached = self._specs.get(rev)
+            if cached is None:
+                cached = self._load_specs()
+                self._specs = {rev: cached}
+            return cached
+
+    # ------------------------------------------------------------------ embeddings
+    def embeddings(self) -> Embeddings:
+        if self._embeddings is None:
+            from tools.embeddings import make_embeddings
+
+            self._embeddings = make_embeddings()
+        if not isinstance(self._embeddings, Embeddings):
+            self._embeddings = self._embeddings()
+        return self._embeddings
+
+    def _collection(self) -> Any:
+        if self.chroma_dir is None:
+            raise RegistryError("no Chroma directory configured for tool embeddings")
+        from tools.chroma_client import chroma_client
+
+        return chroma_client(self.chroma_dir).get_or_create_collection(COLLECTION, metadata={"hnsw:space": "cosine"},
+                                                                        embedding_function=None)
+
+    def _embed_specs(self, specs: list[ToolSpec]) -> list[str]:
+        """Embed the tools whose current version has no vectors yet; returns their names.
+
+        Each tool gets its HZV_EMBEDD vector (description + all examples, as the catalog defines)
+        plus one vector per example (HZZ) and one for the description alone. Matching takes the
+        best of them: e5's scores bunch together, and nearest-example matching separates close
+        tools (approve vs. reject vs. status of an expense) far better than one averaged vector.
+        """
+        if not specs:
+            return []
+        col = self._collection()
+        ids = [self._embedding_id(s) for s in specs]
+        have = set(col.get(ids=ids, include=[])["ids"])
+        todo = [s for s in specs if self._embedding_id(s) not in have]
+        if not todo:
+            return []
+        texts: list[str] = []
+        vec_ids: list[str] = []
+        metas: list[dict[str, Any]] = []
+        for s in todo:
+            base = self._embedding_id(s)
+            for suffix, text_ in [("", s.embedding_text()), (":d", s.description), *[(f":e{i}", e) for i, e in enumerate(s.examples)]]:
+                texts.append(text_)
+                vec_ids.append(base + suffix)
+                metas.append({"tenant": s.tenant, "name": s.name, "version": s.version, "kind": suffix[1:2] or "hzv"})
+        vectors = self.embeddings().embed_documents(texts)
+        self.embed_calls += len(todo)
+        self.embedded_texts += len(texts)
+        keys = {(s.tenant, s.name) for s in todo}
+        old = col.get(where={"name": {"$in": [s.name for s in todo]}}, include=["metadatas"])
+        stale = [i for i, m in zip(old["ids"], old["metadatas"] or [], strict=False)
+                 if m and (m.get("tenant"), m.get("name")) in keys]
+        if stale:
+            col.delete(ids=stale)
+        for start in range(0, len(vec_ids), 500):
+            col.upsert(ids=vec_ids[start:start + 500], embeddings=[list(map(float, v)) for v in vectors[start:start + 500]],
+                       metadatas=metas[start:start + 500], documents=texts[start:start + 500])
+        return [s.name for s in todo]
+
+    # ------------------------------------------------------------------ sync and catalog commands
+    def sync(self, path: Path | None = None, *, embed: bool = True) -> SyncReport:
+        """Load the standard tools from YAML. Never overwrites or deletes a custom tool; a higher
+        version replaces the row and re-embeds; an equal version changes nothing."""
+        path = path or self.policies_dir / "tools.yaml"
+        tool_file = load_tool_file(path)
+        for spec in tool_file.tools:
+            self._check_policy(spec)
+        stored = self._load_specs()
+        report = SyncReport()
+        changed: list[ToolSpec] = []
+        with self.engine.begin() as conn:
+            for spec in tool_file.tools:
+                spec = spec.model_copy(update={"standard": True})
+                key = (spec.tenant, spec.name)
+                old = stored.get(key)
+                if old is not None and not old.standard:
+                    report.kept_custom.append(spec.name)
+                    continue
+                if old is None:
+                    report.added.append(spec.name)
+                elif spec.version > old.version:
+                    # keep run-time admin changes (enabled flag, grants) across version bumps
+                    spec = spec.model_copy(update={"enabled": old.enabled, "permissions": old.permissions})
+                    report.updated.append(spec.name)
+                elif spec.version < old.version:
+                    report.stale_yaml.append(spec.name)
+                    continue
+                else:
+                    report.unchanged.append(spec.name)
+                    continue
+                self._write_spec(conn, spec)
+                changed.append(spec)
+            if changed:
+                self._bump_revision(conn)
+        if embed:
+            report.embedded = self._embed_specs([s for s in self._load_specs().values()])
+        return report
+
+    def _check_policy(self, spec: ToolSpec) -> None:
+        policy = self.policy(spec.name)
+        unknown = [p for p in policy.requires if p not in spec.properties]
+        if unknown:
+            raise RegistryError(f"{self.policies_dir / 'tool_policies.yaml'}: tool {spec.name!r}: field requires: "
+                                f"unknown parameters {unknown}")
+
+    def add(self, path: Path) -> list[str]:
+        """Add (or update) custom tools from a YAML file; a standard tool's name is refused."""
+        tool_file = load_tool_file(path)
+        stored = self._load_specs()
+        added = []
+        with self.engine.begin() as conn:
+            for spec in tool_file.tools:
+                old = stored.get((spec.tenant, spec.name))
+                if old is not None and old.standard:
+                    raise RegistryError(f"{path}: tool {spec.name!r}: field name: a standard tool has this name")
+                resolve_handler(spec.handler)
+                spec = spec.model_copy(update={"standard": False})
+                self._check_policy(spec)
+                self._write_spec(conn, spec)
+                added.append(spec.name)
+            self._bump_revision(conn)
+        self._embed_specs([s for s in self._load_specs().values() if s.name in added])
+        return added
+
+    def get(self, name: str, tenant: str = "*") -> ToolSpec:
+        specs = self.specs()
+        spec = specs.get((tenant, name)) or specs.get(("*", name))
+        if spec is None:
+            known = sorted({n for _, n in specs})
+            raise RegistryError(f"unknown tool {name!r}; known tools: {', '.join(known) or 'none (run tramita ingest)'}")
+        return spec
+
+    def set_enabled(self, name: str, enabled: bool, tenant: str = "*") -> None:
+        spec = self.get(name, tenant)
+        with self.engine.begin() as conn:
+            conn.execute(text("UPDATE tool_registry SET enabled = :e WHERE tenant = :t AND name = :n"),
+                         {"e": int(enabled), "t": spec.tenant, "n": name})
+            self._bump_revision(conn)
+
+    def grant(self, name: str, *, user: str | None = None, group: str | None = None, tenant: str = "*") -> None:
+        self._change_grant(name, user, group, tenant, add=True)
+
+    def revoke(self, name: str, *, user: str | None = None, group: str | None = None, tenant: str = "*") -> None:
+        self._change_grant(name, user, group, tenant, add=False)
+
+    def _change_grant(self, name: str, user: str | None, group: str | None, tenant: str, *, add: bool) -> None:
+        if (user is None) == (group is None):
+            raise RegistryError("give exactly one of --user ID or --group G")
+        if group is not None and group not in self._groups.groups:
+            raise RegistryError(f"unknown group {group!r}; groups: {', '.join(sorted(self._groups.groups))}")
+        spec = self.get(name, tenant)
+        gtype, grantee = ("user", user) if user is not None else ("group", group)
+        params = {"t": spec.tenant, "n": name, "gt": gtype, "g": grantee}
+        with self.engine.begin() as conn:
+            conn.execute(text("DELETE FROM tool_permissions WHERE tenant = :t AND name = :n AND grantee_type = :gt"
+                              " AND grantee = :g"), params)
+            if add:
+                conn.execute(text("INSERT INTO tool_permissions (tenant, name, grantee_type, grantee)"
+                                  " VALUES (:t, :n, :gt, :g)"), params)
+            self._bump_revision(conn)
+
+    def list(self, filter_text: str = "", *, user_id: str | None = None, tenant: str = "*") -> list[tuple[ToolSpec, bool]]:
+        """(spec, permitted-for-user) pairs whose name/descriptions/group contain `filter_text`."""
+        needle = filter_text.lower()
+        out = []
+        for spec in self.specs().values():
+            if tenant != "*" and spec.tenant not in (tenant, "*"):
+                continue
+            hay = " ".join([spec.name, spec.short_description, spec.description, spec.group]).lower()
+            if needle and needle not in hay:
+                continue
+            out.append((spec, self.is_permitted(spec, user_id) if user_id else False))
+        return sorted(out, key=lambda p: (p[0].group, p[0].name))
+
+    # ------------------------------------------------------------------ permissions
+    def policy(self, name: str) -> ToolPolicy:
+        return self._policies.for_tool(name)
+
+    def user_groups(self, user_id: str) -> frozenset[str]:
+        """Groups the user belongs to; `all: true` groups need the user to exist as an employee."""
+        exists = self._employee_exists(user_id)
+        groups = {g for g, spec in self._groups.groups.items() if (spec.all and exists) or user_id in spec.members}
+        return frozenset(groups)
+
+    def _employee_exists(self, user_id: str) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                return conn.execute(text("SELECT 1 FROM employees WHERE employee_id = :u"), {"u": user_id}).first() is not None
+        except Exception:  # noqa: BLE001 - no employees table: a registry-only database
+            return False
+
+    def required_groups(self, spec: ToolSpec) -> list[str]:
+        return list(spec.permissions.groups)
+
+    def is_permitted(self, spec: ToolSpec, user_id: str | None) -> bool:
+        """DTA rule: a user grant or a group grant; a tool with no grant is usable by nobody."""
+        if not user_id:
+            return False
+        if user_id in spec.permissions.users:
+            return True
+        return bool(self.user_groups(user_id) & set(spec.permissions.groups))
+
+    # ------------------------------------------------------------------ matching
+    def visible(self, tenant: str = "*") -> list[ToolSpec]:
+        """Enabled tools of the tenant: the only ones ever shown to the LLM or matched."""
+        return [s for s in self.specs().values() if s.enabled and (s.tenant == "*" or tenant in ("*", s.tenant))]
+
+    def _matrix(self, tenant: str) -> _Index:
+        rev = self.revision()
+        with self._lock:
+            idx = self._index.get(tenant)
+            if idx is not None and idx.revision == rev:
+                return idx
+        specs = self.visible(tenant)
+        wanted = {self._embedding_id(s): s for s in specs}
+        col = self._collection()
+        got = col.get(where={"name": {"$in": [s.name for s in specs]}} if specs else None,
+                      include=["embeddings", "metadatas"])
+        groups: dict[str, list[np.ndarray]] = {}
+        for vid, vec in zip(got["ids"], got["embeddings"] if got["embeddings"] is not None else [], strict=False):
+            base = _VEC_SUFFIX.sub("", vid)
+            spec = wanted.get(base)
+            if spec is not None:
+                groups.setdefault(spec.name, []).append(np.asarray(vec, dtype=np.float32))
+        names = list(groups)
+        sizes = [len(groups[n]) for n in names]
+        offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64) if names else np.zeros(0, dtype=np.int64)
+        matrix = np.vstack([v for n in names for v in groups[n]]) if names else np.zeros((0, 1), dtype=np.float32)
+        if names:
+            matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
+        idx = _Index(rev, names, offsets, matrix)
+        with self._lock:
+            self._index[tenant] = idx
+        return idx
+
+    def score(self, query_vector: Iterable[float], tenant: str = "*") -> list[tuple[str, float]]:
+        """Per tool, the best cosine of the query against its vectors; best tool first."""
+        idx = self._matrix(tenant)
+        if not idx.names:
+            return []
+        q = np.asarray(list(query_vector), dtype=np.float32)
+        q /= np.linalg.norm(q) + 1e-12
+        best = np.maximum.reduceat(idx.matrix @ q, idx.offsets)
+        order = np.argsort(-best)
+        return [(idx.names[i], float(best[i])) for i in order]
+
+    def match(self, message: str, user_id: str, tenant: str = "*", k: int = 3,
+              query_vector: list[float] | None = None) -> MatchResult:
+        """Margin rule over the enabled tools: e5 scores bunch together, so a fixed cut-off fails;
+        we accept the top tool when it beats the runner-up by `margin` and clears `floor`."""
+        vec = query_vector if query_vector is not None else self.embeddings().embed_query(message)
+        ranked = self.score(vec, tenant)
+        if not ranked or ranked[0][1] < self.floor:
+            return MatchResult([Candidate(n, s, self.is_permitted(self.get(n, tenant), user_id)) for n, s in ranked[:k]], "none")
+        cands = [Candidate(n, s, self.is_permitted(self.get(n, tenant), user_id)) for n, s in ranked[:k]]
+        top = cands[0]
+        runner = cands[1].score if len(cands) > 1 else 0.0
+        if top.score - runner >= self.margin:
+            return MatchResult(cands, "clear" if top.permitted else "denied", top.name)
+        close = [c for c in cands if top.score - c.score < self.margin]
+        permitted = [c for c in close if c.permitted]
+        if not permitted:
+            return MatchResult(cands, "denied", top.name)
+        return MatchResult(cands, "close", permitted[0].name)

@@ -1,0 +1,110 @@
+"""A zero-latency, deterministic chat model for tests and framework benchmarks only.
+
+It answers tramita's own prompts with simple rules (or with a given script), so graph routing can be
+unit-tested and the framework's overhead measured without a real model. It never ships as an answer
+engine: `llm_backend: scripted` is refused outside tests/benchmarks by nothing but convention, and
+every capability also has tests against the real local model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import BaseModel, ConfigDict
+
+Responder = Callable[[str], str]
+
+
+def _section(prompt: str, label: str) -> str:
+    m = re.search(rf"{label}:\s*\"\"\"(.*?)\"\"\"", prompt, re.DOTALL)
+    return m.group(1).strip() if m else ""
+
+
+def rule_based(prompt: str) -> str:
+    """Answer a tramita prompt by its template, with transparent rules."""
+    if prompt.startswith("You extract tool arguments"):
+        message = _section(prompt, "User message")
+        block = prompt.split("Pending parameters:", 1)[1].split("Today:", 1)[0]
+        out: dict[str, Any] = {}
+        for line in block.strip().splitlines():
+            m = re.match(r"-\s*(\w+)\s*\[(\w+)", line.strip())
+            if m:
+                out[m.group(1)] = message if m.group(2) == "text" else None
+        return json.dumps(out, ensure_ascii=False)
+    if prompt.startswith("You route a user's message"):
+        m = re.search(r"^- (\w+):", prompt.split("Tools:", 1)[1], re.MULTILINE)
+        return json.dumps({"tool": m.group(1) if m else "none"})
+    if prompt.startswith("The assistant showed a summary"):
+        return json.dumps({"decision": "other"})
+    if prompt.startswith("You plan how to answer"):
+        q = _section(prompt, "Question").lower()
+        graph = any(w in q for w in ("plantão", "plantao", "on call", "on-call", "depend", "cadeia", "chain", "hierarquia"))
+        docs = any(w in q for w in ("política", "politica", "policy", "limite", "limit", "runbook", "postmortem", "sla", "causa"))
+        return json.dumps({"use_docs": docs or not graph, "use_sql": not docs and not graph, "use_graph": graph,
+                           "reason": "keyword rules (scripted model)"})
+    if prompt.startswith("You write ONE read-only") and '"sql"' in prompt:
+        return json.dumps({"sql": "SELECT COUNT(*) AS n FROM expenses WHERE status = 'pending'"})
+    if prompt.startswith("You write ONE read-only"):
+        return json.dumps({"cypher": "MATCH (t:Team) RETURN t.name AS name ORDER BY name LIMIT 3"})
+    if prompt.startswith("The query failed"):
+        return json.dumps({"sql": "SELECT 1 AS one"})
+    if prompt.startswith("You answer questions"):
+        ctx = prompt.split("Context:", 1)[1].split('Question: """', 1)[0].strip()
+        return ctx[:700] if ctx else "Não encontrei essa informação."
+    return "{}"
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Replies from `script` in order when given, else from `responder` (rule_based by default)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    script: list[str] | None = None
+    responder: Responder = rule_based
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        prompt = "\n---\n".join(str(m.content) for m in messages if m.type in ("system", "human"))
+        if messages and messages[0].type == "system":
+            prompt = str(messages[0].content) + "\n---\n" + "\n".join(str(m.content) for m in messages[1:])
+        self.calls += 1
+        text = self.script.pop(0) if self.script else self.responder(prompt)
+        meta = UsageMetadata(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4,
+                             total_tokens=(len(prompt) + len(text)) // 4)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, usage_metadata=meta))])
+
+    def with_structured_output(  # type: ignore[override]
+        self, schema: type[BaseModel] | dict[str, Any], *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, Any]:
+        def _parse(msg: AIMessage) -> Any:
+            parsed: Any = None
+            error: Exception | None = None
+            try:
+                data = json.loads(str(msg.content))
+                parsed = schema.model_validate(data) if isinstance(schema, type) else data
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+            if include_raw:
+                return {"raw": msg, "parsed": parsed, "parsing_error": error}
+            if error is not None:
+                raise error
+            return parsed
+
+        return self | RunnableLambda(_parse)
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:
+        raise NotImplementedError("the scripted model does not call tools")

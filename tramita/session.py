@@ -1,0 +1,56 @@
+"""Running turns: a compiled graph with its checkpointer, one `invoke` per user message.
+
+The CLI, the demo, the evals and the benchmarks all go through `Session.turn`, which is exactly the
+Python usage the README shows: `graph.invoke({"messages": [...]}, config={"configurable":
+{"thread_id": ...}}, context=Context(...))`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from graph.builder import compile_graph
+from graph.checkpointer import open_checkpointer
+from graph.context import Context
+from tramita.settings import Settings
+
+
+@dataclass
+class TurnResult:
+    answer: str
+    status: str
+    trace: dict[str, Any]
+    transaction: dict[str, Any] | None
+    last_transaction: dict[str, Any] | None
+    seconds: float
+
+
+class Session:
+    def __init__(self, graph: Any, context: Context) -> None:
+        self.graph = graph
+        self.context = context
+
+    def turn(self, thread_id: str, text: str) -> TurnResult:
+        started = time.perf_counter()
+        out = self.graph.invoke({"messages": [HumanMessage(content=text)]},
+                                config={"configurable": {"thread_id": thread_id}}, context=self.context)
+        return TurnResult(answer=str(out.get("answer", "")), status=str(out.get("status", "idle")),
+                          trace=dict(out.get("turn") or {}), transaction=out.get("transaction"),
+                          last_transaction=out.get("last_transaction"), seconds=time.perf_counter() - started)
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        snap = self.graph.get_state({"configurable": {"thread_id": thread_id}})
+        return dict(snap.values)
+
+
+@contextmanager
+def open_session(context: Context | None = None, settings: Settings | None = None) -> Iterator[Session]:
+    settings = settings or Settings.from_env()
+    with open_checkpointer(settings.checkpoint_url) as saver:
+        yield Session(compile_graph(checkpointer=saver), context or Context())
