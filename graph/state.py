@@ -135,6 +135,8 @@ class OutputState(TypedDict, total=False):
     transaction: Transaction | None
     last_transaction: LastTransaction | None
     turn: Annotated[TurnTrace, merge_trace]
+    plan: Plan | None
+    contexts: Annotated[list[dict[str, Any]], add_contexts]
 
 
 class State(InputState, total=False):

@@ -11,12 +11,13 @@ from graph.context import Context
 from graph.state import Plan, State
 from nodes.common import ctx_of, trace, user_text
 from tools.llm import LLMError, Usage, structured_call
+from tramita.planner_hints import hinted
 
 
 class PlanOut(BaseModel):
-    use_docs: bool = Field(description="policy rules, limits, SLAs, runbooks, postmortems, handbooks")
     use_sql: bool = Field(description="amounts, dates, counts, statuses of expenses, budgets, incidents, tickets, people")
     use_graph: bool = Field(description="on-call, dependency chains, downstream impact, reporting lines")
+    use_docs: bool = Field(description="policy rules, limits, SLAs, runbooks, postmortems, handbooks")
     reason: str = Field(default="", description="one short sentence")
 
 
@@ -32,6 +33,12 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         # degrade, do not fail: ask every backend and let synthesis use what answers
         p = Plan(use_docs=True, use_sql=True, use_graph=True, reason=f"planner failed: {exc}")
         errors = [str(exc)[:200]]
+    hints = hinted(question)
+    added = [b for b in sorted(hints) if not p.get(f"use_{b}")]  # type: ignore[misc]
+    for b in added:
+        p[f"use_{b}"] = True  # type: ignore[literal-required]
+    if added:
+        p["reason"] = f"{p.get('reason', '')} (+{', '.join(added)} from lexical hints)".strip()
     if not (p["use_docs"] or p["use_sql"] or p["use_graph"]):
         p["use_docs"] = True
     route = "+".join(k[4:] for k in ("use_docs", "use_sql", "use_graph") if p[k])  # type: ignore[literal-required]

@@ -58,6 +58,9 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ingest.run import ingest_all
     from tramita.settings import Settings
 
+    reuse = os.environ.get("TRAMITA_TEST_PRISTINE")
+    if reuse and (Path(reuse) / "novaops.db").exists():
+        return Path(reuse)  # developer loop: an already-ingested data dir, treated as read-only
     base = tmp_path_factory.mktemp("tramita-data")
     old = os.environ.get("TRAMITA_DATA_DIR")
     os.environ["TRAMITA_DATA_DIR"] = str(base)
@@ -72,7 +75,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def novaops(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def novaops(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh copy of the SQL dataset for one test; graph and documents are shared read-only.
     Returns the path of the SQLite copy; the environment points every component at it."""
     from ingest.sql_loader import copy_sqlite

@@ -72,10 +72,17 @@ class ChatLlamaCppShared(BaseChatModel):
     ) -> ChatResult:
         llama = shared_llama(self.model_path, self.n_ctx, self.n_threads)
         deadline = time.monotonic() + self.timeout_seconds
+        expired = False
+        eos = llama.token_eos()
 
         def _deadline(_ids: Any, logits: np.ndarray) -> np.ndarray:
+            # An exception raised here is swallowed by llama.cpp's C callback, so past the deadline
+            # we force end-of-sequence instead and raise once the call returns.
+            nonlocal expired
             if time.monotonic() > deadline:
-                raise LLMTimeout(f"generation exceeded {self.timeout_seconds:.0f} s")
+                expired = True
+                logits[:] = -np.inf
+                logits[eos] = 0.0
             return logits
 
         params: dict[str, Any] = {
@@ -93,6 +100,8 @@ class ChatLlamaCppShared(BaseChatModel):
             started = time.monotonic()
             out = llama.create_chat_completion(**params)
             elapsed = time.monotonic() - started
+        if expired:
+            raise LLMTimeout(f"generation exceeded {self.timeout_seconds:.0f} s")
         text = out["choices"][0]["message"].get("content") or ""
         usage = out.get("usage", {})
         meta = UsageMetadata(input_tokens=int(usage.get("prompt_tokens", 0)),

@@ -9,11 +9,12 @@ re-embedded and a higher version gets a new vector.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from sqlalchemy import Connection, Engine, text
 
 from tools.registry_models import (
     GroupFile,
+    Permissions,
     PolicyFile,
     RegistryError,
     ToolPolicy,
@@ -86,11 +88,63 @@ class MatchResult:
 
 
 @dataclass
-class _Index:
+class ToolIndex:
+    """The visible tools' unit vectors, grouped by tool and built once per registry revision.
+
+    Scoring a query is one matrix-vector product plus one segmented max (`np.maximum.reduceat`);
+    only the top `k` tools are sorted and turned into Python objects, so the per-call cost does not
+    grow with Python work per tool (10,000 tools: see benchmarks/registry_bench.py).
+    """
+
     revision: str
     names: list[str]  # one per tool that has vectors, in row-group order
     offsets: np.ndarray  # first row of each tool's group (for np.maximum.reduceat)
     matrix: np.ndarray  # unit vectors, grouped by tool
+
+    @classmethod
+    def build(cls, revision: str, groups: Mapping[str, Sequence[Sequence[float] | np.ndarray]]) -> ToolIndex:
+        """`groups`: tool name → its vectors (any norm; they are normalised here)."""
+        names = [n for n, vecs in groups.items() if len(vecs)]
+        if not names:
+            return cls(revision, [], np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.float32))
+        sizes = [len(groups[n]) for n in names]
+        offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+        matrix = np.ascontiguousarray(np.vstack([np.asarray(v, dtype=np.float32) for n in names for v in groups[n]]))
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
+        return cls(revision, names, offsets, matrix)
+
+    def rank(self, query_vector: Iterable[float] | np.ndarray, k: int | None = None) -> builtins.list[tuple[str, float]]:
+        """Per tool, the best cosine of the query against its vectors; best first (top `k` only)."""
+        if not self.names:
+            return []
+        q = np.asarray(query_vector if isinstance(query_vector, np.ndarray) else list(query_vector), dtype=np.float32)
+        q = q / (np.linalg.norm(q) + 1e-12)
+        best = np.maximum.reduceat(self.matrix @ q, self.offsets)
+        if k is not None and 0 < k < len(best):
+            top = np.argpartition(-best, k - 1)[:k]
+            order = top[np.argsort(-best[top], kind="stable")]
+        else:
+            order = np.argsort(-best, kind="stable")
+        return [(self.names[i], float(best[i])) for i in order]
+
+
+def decide(ranked: Sequence[tuple[str, float]], permitted: Callable[[str], bool], *, floor: float, margin: float,
+           k: int = 3) -> MatchResult:
+    """The margin rule over ranked (tool, score) pairs: e5 scores bunch together, so a fixed
+    cut-off fails; the top tool is accepted when it clears `floor` and beats the runner-up by
+    `margin`. Kept free of storage so benchmarks score held-out examples with the same rule."""
+    cands = [Candidate(n, s, permitted(n)) for n, s in ranked[:k]]
+    if not cands or cands[0].score < floor:
+        return MatchResult(cands, "none")
+    top = cands[0]
+    runner = cands[1].score if len(cands) > 1 else 0.0
+    if top.score - runner >= margin:
+        return MatchResult(cands, "clear" if top.permitted else "denied", top.name)
+    close = [c for c in cands if top.score - c.score < margin]
+    permitted_close = [c for c in close if c.permitted]
+    if not permitted_close:
+        return MatchResult(cands, "denied", top.name)
+    return MatchResult(cands, "close", permitted_close[0].name)
 
 
 def resolve_handler(handler: str) -> tuple[Any, str]:
@@ -129,7 +183,7 @@ class Registry:
         self._policies: PolicyFile = load_model(policies_dir / "tool_policies.yaml", PolicyFile)
         self._groups: GroupFile = load_model(policies_dir / "groups.yaml", GroupFile)
         self._lock = threading.Lock()
-        self._index: dict[str, _Index] = {}
+        self._index: dict[str, ToolIndex] = {}
         self._specs: dict[str, dict[tuple[str, str], ToolSpec]] = {}
         self.embed_calls = 0  # tools (re)embedded; the version-bump test counts them
         self.embedded_texts = 0
@@ -199,20 +253,24 @@ class Registry:
                 name=r["name"], tenant=r["tenant"], handler=r["handler"], version=int(r["version"]),
                 description=r["description"], params=json.loads(r["params_json"]), enabled=bool(r["enabled"]),
                 standard=bool(r["standard"]), strict=bool(r["strict"]), rules=r["rules"], group=r["grp"],
-                short_description=r["short_description"], permissions=gr.get(key, {"users": [], "groups": []}),
+                short_description=r["short_description"], permissions=Permissions(**gr.get(key, {"users": [], "groups": []})),
                 examples=ex.get(key, []),
             )
         return specs
 
     def specs(self) -> dict[tuple[str, str], ToolSpec]:
         """All stored tools, cached per registry revision (cheap to call every turn)."""
+        return self._snapshot()[1]
+
+    def _snapshot(self) -> tuple[str, dict[tuple[str, str], ToolSpec]]:
+        """(revision, specs) read with ONE revision query, so a caller that needs both sees one state."""
         rev = self.revision()
         with self._lock:
             cached = self._specs.get(rev)
             if cached is None:
                 cached = self._load_specs()
                 self._specs = {rev: cached}
-            return cached
+            return rev, cached
 
     # ------------------------------------------------------------------ embeddings
     def embeddings(self) -> Embeddings:
@@ -403,7 +461,7 @@ class Registry:
         except Exception:  # noqa: BLE001 - no employees table: a registry-only database
             return False
 
-    def required_groups(self, spec: ToolSpec) -> list[str]:
+    def required_groups(self, spec: ToolSpec) -> builtins.list[str]:
         return list(spec.permissions.groups)
 
     def is_permitted(self, spec: ToolSpec, user_id: str | None) -> bool:
@@ -415,64 +473,57 @@ class Registry:
         return bool(self.user_groups(user_id) & set(spec.permissions.groups))
 
     # ------------------------------------------------------------------ matching
-    def visible(self, tenant: str = "*") -> list[ToolSpec]:
+    def visible(self, tenant: str = "*") -> builtins.list[ToolSpec]:
         """Enabled tools of the tenant: the only ones ever shown to the LLM or matched."""
-        return [s for s in self.specs().values() if s.enabled and (s.tenant == "*" or tenant in ("*", s.tenant))]
+        return _visible(self.specs(), tenant)
 
-    def _matrix(self, tenant: str) -> _Index:
-        rev = self.revision()
+    def _matrix(self, tenant: str, snapshot: tuple[str, dict[tuple[str, str], ToolSpec]] | None = None) -> ToolIndex:
+        rev, specs = snapshot or self._snapshot()
         with self._lock:
             idx = self._index.get(tenant)
             if idx is not None and idx.revision == rev:
                 return idx
-        specs = self.visible(tenant)
-        wanted = {self._embedding_id(s): s for s in specs}
-        col = self._collection()
-        got = col.get(where={"name": {"$in": [s.name for s in specs]}} if specs else None,
-                      include=["embeddings", "metadatas"])
+        wanted = {self._embedding_id(s): s for s in _visible(specs, tenant)}
         groups: dict[str, list[np.ndarray]] = {}
-        for vid, vec in zip(got["ids"], got["embeddings"] if got["embeddings"] is not None else [], strict=False):
-            base = _VEC_SUFFIX.sub("", vid)
-            spec = wanted.get(base)
-            if spec is not None:
-                groups.setdefault(spec.name, []).append(np.asarray(vec, dtype=np.float32))
-        names = list(groups)
-        sizes = [len(groups[n]) for n in names]
-        offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64) if names else np.zeros(0, dtype=np.int64)
-        matrix = np.vstack([v for n in names for v in groups[n]]) if names else np.zeros((0, 1), dtype=np.float32)
-        if names:
-            matrix /= np.linalg.norm(matrix, axis=1, keepdims=True) + 1e-12
-        idx = _Index(rev, names, offsets, matrix)
+        if wanted:
+            # the collection holds tool vectors only: one full read beats a 10,000-name `$in` filter
+            got = self._collection().get(include=["embeddings"])
+            vectors = got["embeddings"] if got["embeddings"] is not None else []
+            for vid, vec in zip(got["ids"], vectors, strict=True):
+                spec = wanted.get(_VEC_SUFFIX.sub("", vid))
+                if spec is not None:
+                    groups.setdefault(spec.name, []).append(vec)
+        idx = ToolIndex.build(rev, groups)
         with self._lock:
             self._index[tenant] = idx
         return idx
 
-    def score(self, query_vector: Iterable[float], tenant: str = "*") -> list[tuple[str, float]]:
+    def score(self, query_vector: Iterable[float], tenant: str = "*", k: int | None = None) -> builtins.list[tuple[str, float]]:
         """Per tool, the best cosine of the query against its vectors; best tool first."""
-        idx = self._matrix(tenant)
-        if not idx.names:
-            return []
-        q = np.asarray(list(query_vector), dtype=np.float32)
-        q /= np.linalg.norm(q) + 1e-12
-        best = np.maximum.reduceat(idx.matrix @ q, idx.offsets)
-        order = np.argsort(-best)
-        return [(idx.names[i], float(best[i])) for i in order]
+        return self._matrix(tenant).rank(query_vector, k)
 
     def match(self, message: str, user_id: str, tenant: str = "*", k: int = 3,
-              query_vector: list[float] | None = None) -> MatchResult:
-        """Margin rule over the enabled tools: e5 scores bunch together, so a fixed cut-off fails;
-        we accept the top tool when it beats the runner-up by `margin` and clears `floor`."""
+              query_vector: builtins.list[float] | None = None) -> MatchResult:
+        """The margin rule (`decide`) over the enabled tools of the tenant, as of the revision read
+        after embedding the message. Permissions: one group lookup for the user, at most."""
         vec = query_vector if query_vector is not None else self.embeddings().embed_query(message)
-        ranked = self.score(vec, tenant)
-        if not ranked or ranked[0][1] < self.floor:
-            return MatchResult([Candidate(n, s, self.is_permitted(self.get(n, tenant), user_id)) for n, s in ranked[:k]], "none")
-        cands = [Candidate(n, s, self.is_permitted(self.get(n, tenant), user_id)) for n, s in ranked[:k]]
-        top = cands[0]
-        runner = cands[1].score if len(cands) > 1 else 0.0
-        if top.score - runner >= self.margin:
-            return MatchResult(cands, "clear" if top.permitted else "denied", top.name)
-        close = [c for c in cands if top.score - c.score < self.margin]
-        permitted = [c for c in close if c.permitted]
-        if not permitted:
-            return MatchResult(cands, "denied", top.name)
-        return MatchResult(cands, "close", permitted[0].name)
+        snapshot = self._snapshot()
+        specs = snapshot[1]
+        ranked = self._matrix(tenant, snapshot).rank(vec, k)
+        groups: list[frozenset[str]] = []
+
+        def permitted(name: str) -> bool:
+            spec = specs.get((tenant, name)) or specs.get(("*", name))
+            if spec is None or not user_id:
+                return False
+            if user_id in spec.permissions.users:
+                return True
+            if not groups:
+                groups.append(self.user_groups(user_id))
+            return bool(groups[0] & set(spec.permissions.groups))
+
+        return decide(ranked, permitted, floor=self.floor, margin=self.margin, k=k)
+
+
+def _visible(specs: Mapping[tuple[str, str], ToolSpec], tenant: str) -> list[ToolSpec]:
+    return [s for s in specs.values() if s.enabled and (s.tenant == "*" or tenant in ("*", s.tenant))]

@@ -29,6 +29,8 @@ class TurnResult:
     transaction: dict[str, Any] | None
     last_transaction: dict[str, Any] | None
     seconds: float
+    plan: dict[str, Any] | None = None
+    contexts: list[dict[str, Any]] | None = None
 
 
 class Session:
@@ -42,7 +44,8 @@ class Session:
                                 config={"configurable": {"thread_id": thread_id}}, context=self.context)
         return TurnResult(answer=str(out.get("answer", "")), status=str(out.get("status", "idle")),
                           trace=dict(out.get("turn") or {}), transaction=out.get("transaction"),
-                          last_transaction=out.get("last_transaction"), seconds=time.perf_counter() - started)
+                          last_transaction=out.get("last_transaction"), seconds=time.perf_counter() - started,
+                          plan=out.get("plan"), contexts=out.get("contexts"))
 
     def state(self, thread_id: str) -> dict[str, Any]:
         snap = self.graph.get_state({"configurable": {"thread_id": thread_id}})

@@ -158,3 +158,47 @@ def run_item(item: dict[str, Any], pristine_db: Path, workdir: Path, *, backend:
     ok = all(all(t.checks.values()) for t in turns) and all(final.values()) and len(turns) == len(item["turns"])
     return ConversationResult(id=item["id"], ok=ok, turns=turns, final_checks=final, unconfirmed_writes=unconfirmed,
                               error=error, seconds=time.perf_counter() - started)
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Headline figures of a conversation run (records are `ConversationResult.to_json()` dicts).
+
+    `check_rates` are over check instances (every turn's `status_after` counts once);
+    `failures_by_check` counts the items that failed a check at least once.
+    """
+    from tramita.evaluation.runner import per_turn_stats
+
+    instances: dict[str, list[bool]] = {}
+    failed_items: dict[str, int] = {}
+    confusion: dict[str, dict[str, int]] = {}
+    for r in records:
+        failed_here: set[str] = set()
+        for t in r["turns"]:
+            for name, passed in t["checks"].items():
+                instances.setdefault(name, []).append(passed)
+                if not passed:
+                    failed_here.add(name)
+            row = confusion.setdefault(t["expect"]["status_after"], {})
+            row[t["status"]] = row.get(t["status"], 0) + 1
+        for key, passed in r["final_checks"].items():
+            name = key.split("[", 1)[0]
+            instances.setdefault(name, []).append(passed)
+            if not passed:
+                failed_here.add(name)
+        for name in failed_here:
+            failed_items[name] = failed_items.get(name, 0) + 1
+    turns = [(t["trace"], t["seconds"]) for r in records for t in r["turns"]]
+    return {
+        "kind": "conversations",
+        "items": len(records),
+        "passed": sum(1 for r in records if r["ok"]),
+        "success_rate": round(sum(1 for r in records if r["ok"]) / len(records), 4) if records else None,
+        "unconfirmed_writes": sum(int(r["unconfirmed_writes"]) for r in records),
+        "writes_executed": sum(1 for r in records for t in r["turns"] if t["trace"].get("executed_tool") in WRITE_TABLES),
+        "check_rates": {k: round(sum(v) / len(v), 4) for k, v in sorted(instances.items())},
+        "check_counts": {k: {"passed": sum(v), "total": len(v)} for k, v in sorted(instances.items())},
+        "failures_by_check": dict(sorted(failed_items.items(), key=lambda kv: -kv[1])),
+        "status_confusion": confusion,
+        "errors": sum(1 for r in records if r.get("error")),
+        **per_turn_stats(turns),
+    }

@@ -1,0 +1,182 @@
+"""`tramita eval conversations|questions`: end-to-end through the CLI entry point with the
+scripted model on the real stores, plus the result comparison and the report's self-containment."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tramita.cli import main
+from tramita.evaluation.questions import cell_matches, cypher_is_ordered, results_match, sql_is_ordered
+from tramita.evaluation.runner import Checkpoint, EvalSetupError, read_items
+from tramita.paths import SAMPLE_DIR
+
+CONVERSATIONS = SAMPLE_DIR / "conversations.dev.jsonl"
+QUESTIONS = SAMPLE_DIR / "questions.dev.jsonl"
+
+
+@pytest.fixture
+def eval_env(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Stores from the ingested pristine dir (read-only), everything written under tmp_path."""
+    from tramita.runtime import reset_services
+
+    monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
+    monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(pristine / "chroma"))
+    monkeypatch.delenv("TRAMITA_SQL_URL", raising=False)
+    # the eval command sets these two for its run; registering them restores them afterwards
+    monkeypatch.setenv("TRAMITA_LLM", "scripted")
+    monkeypatch.setenv("TRAMITA_TODAY", "2026-05-15")
+    reset_services()
+    yield tmp_path
+    reset_services()
+
+
+def _report(out: Path) -> dict:
+    assert (out / "report.html").is_file()
+    return json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
+    out = eval_env / "conv"
+    rc = main(["--profile", "scripted", "eval", "conversations", str(CONVERSATIONS),
+               "--ids", "c-dev-001,c-dev-014", "--out", str(out)])
+    assert rc == 0
+    report = _report(out)
+    s = report["summary"]
+    assert s["items"] == 2 and [r["id"] for r in report["items"]] == ["c-dev-001", "c-dev-014"]
+    assert s["unconfirmed_writes"] == 0
+    assert s["writes_executed"] == 2  # approve_expense and reassign_ticket, each after its "sim"
+    assert s["success_rate"] == 1.0, [r["id"] for r in report["items"] if not r["ok"]]
+    assert s["status_confusion"]["awaiting_confirmation"]["awaiting_confirmation"] >= 2
+    first = _lines(out / "items.jsonl")
+    assert [r["id"] for r in first] == ["c-dev-001", "c-dev-014"]
+
+    # resume with a wider selection: the two finished items are not run again
+    rc = main(["--profile", "scripted", "eval", "conversations", str(CONVERSATIONS),
+               "--ids", "c-dev-001,c-dev-014,c-dev-002", "--out", str(out)])
+    assert rc == 0
+    lines = _lines(out / "items.jsonl")
+    assert [r["id"] for r in lines] == ["c-dev-001", "c-dev-014", "c-dev-002"]
+    assert lines[:2] == first
+    assert _report(out)["summary"]["items"] == 3
+    assert "TRAMITA_SQL_URL" not in os.environ  # item copies do not leak into the caller
+
+    # a resumed run must not mix profiles into one report
+    assert main(["--profile", "local", "eval", "conversations", str(CONVERSATIONS), "--out", str(out)]) == 1
+
+
+def test_eval_questions_smoke_with_workers(eval_env: Path) -> None:
+    """Two worker processes; q-dev-001 is the one SQL question the scripted model answers right
+    (its fixed query counts pending expenses), q-dev-038 an injection that must be refused."""
+    out = eval_env / "q"
+    rc = main(["eval", "questions", str(QUESTIONS), "--profile", "scripted",
+               "--ids", "q-dev-001,q-dev-038", "--jobs", "2", "--out", str(out)])
+    assert rc == 0
+    report = _report(out)
+    s = report["summary"]
+    assert s["items"] == 2
+    assert s["backends"]["sql_execution_accuracy"] == 1.0
+    assert s["backends"]["refusal_accuracy"] == 1.0
+    assert s["items_that_changed_data"] == 0
+    by_id = {r["id"]: r for r in report["items"]}
+    assert by_id["q-dev-001"]["sql"]["correct"] is True and by_id["q-dev-001"]["plan"]["use_sql"] is True
+    assert by_id["q-dev-038"]["checks"] == {"must_refuse": True}
+    assert s["llm_calls_per_turn"]["p50"] is not None
+
+    rc = main(["eval", "questions", str(QUESTIONS), "--profile", "scripted", "--ids", "q-dev-001,q-dev-038",
+               "--out", str(out)])
+    assert rc == 0 and len(_lines(out / "items.jsonl")) == 2  # nothing ran again
+
+    # the HTML stands alone: every image is an inline PNG that decodes, nothing is fetched
+    from PIL import Image
+
+    page = (out / "report.html").read_text(encoding="utf-8")
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
+    assert len(images) >= 3
+    for b64 in images:
+        with Image.open(io.BytesIO(base64.b64decode(b64))) as im:
+            assert im.format == "PNG" and im.width > 100
+    assert not re.search(r'(src|href)="(?!data:)', page)
+
+
+def test_bad_input_names_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAMITA_LLM", "scripted")  # the CLI's global flags write the environment
+    bad = tmp_path / "c.jsonl"
+    good = CONVERSATIONS.read_text(encoding="utf-8").splitlines()[0]
+    bad.write_text(good + "\n" + json.dumps({"id": "x", "user_id": "E006", "turns": [{"user": "oi", "expect": {}}]})
+                   + "\n", encoding="utf-8")
+    with pytest.raises(EvalSetupError, match=r"c.jsonl:2: field turns.0.expect.status_after"):
+        read_items(bad, "conversations")
+    with pytest.raises(EvalSetupError, match="is this a questions file"):
+        read_items(QUESTIONS, "conversations")
+    with pytest.raises(EvalSetupError, match="unknown ids nope"):
+        read_items(CONVERSATIONS, "conversations", ids=["c-dev-001", "nope"])
+    assert [i["id"] for i in read_items(QUESTIONS, "questions", limit=2)] == ["q-dev-001", "q-dev-002"]
+    assert main(["--profile", "scripted", "eval", "conversations", str(bad), "--out", str(tmp_path / "o")]) == 1
+    assert main(["--profile", "nosuch", "eval", "questions", str(QUESTIONS), "--out", str(tmp_path / "o")]) == 1
+
+
+def test_checkpoint_survives_a_cut_line(tmp_path: Path) -> None:
+    ck = Checkpoint(tmp_path / "items.jsonl")
+    ck.append({"id": "a", "ok": True})
+    ck.append({"id": "b", "ok": False, "crashed": True})
+    with ck.path.open("a", encoding="utf-8") as f:
+        f.write('{"id": "c", "ok": tr')  # killed mid-write
+    again = Checkpoint(ck.path).load()
+    assert again.done() == {"a"}  # the crashed item and the cut one run again
+    assert again.skipped_lines == 1
+
+
+# ----------------------------------------------------------------------- result comparison
+
+def test_numbers_compare_numerically() -> None:
+    assert cell_matches(612, 612.00) and cell_matches(612.0, Decimal("612.00")) and cell_matches(612, "612.00")
+    assert not cell_matches(612, 612.5)
+    assert cell_matches(17.3, 17.2857)  # within the gold's shown precision (ROUND(...,1))
+    assert not cell_matches(6, 6.4)  # an integer gold must match exactly
+    assert cell_matches(2424.47, 2424.4700000000003)
+    assert not cell_matches("E003", "e003")
+
+
+def test_null_only_equals_null() -> None:
+    assert results_match([(None, "x")], [(None, "x")])
+    assert not results_match([(None,)], [(0,)])
+    assert not results_match([(0,)], [(None,)])
+    assert not results_match([("",)], [(None,)])
+
+
+def test_row_order_and_columns() -> None:
+    gold = [("a", 1), ("b", 2), ("c", 2)]
+    shuffled = [("c", 2), ("a", 1), ("b", 2)]
+    assert results_match(gold, shuffled)
+    assert not results_match(gold, shuffled, ordered=True)
+    assert results_match(gold, list(gold), ordered=True)
+    assert results_match(gold, [(1, "a", "x"), (2, "b", "y"), (2, "c", "z")])  # swapped + extra column
+    assert not results_match(gold, [("a",), ("b",), ("c",)])  # a gold column is missing
+    assert not results_match(gold, gold[:2])  # row counts differ
+    assert not results_match([("a", 1), ("a", 1)], [("a", 1), ("b", 1)])  # multisets, not sets
+    # one column mapping for all rows: row-wise swaps do not fake a match
+    assert not results_match([("1", "2"), ("3", "4")], [("1", "2"), ("4", "3")])
+    assert results_match([], [])
+    assert not results_match([], [(1,)])
+
+
+def test_order_detection() -> None:
+    assert sql_is_ordered("SELECT a FROM t ORDER BY a")
+    assert not sql_is_ordered("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3) s")
+    assert not sql_is_ordered("SELECT COUNT(*) FROM t")
+    assert cypher_is_ordered("MATCH (n) RETURN n.id ORDER BY n.id")
+    assert not cypher_is_ordered("MATCH (n) WITH n ORDER BY n.id LIMIT 3 RETURN n.id")

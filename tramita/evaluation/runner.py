@@ -1,0 +1,342 @@
+"""Running evaluation items: input files, the pristine dataset, a resumable checkpoint, workers.
+
+A run lives in one output directory:
+- `run.json`: what is being run (kind, file, profile); a resumed run must match it, so one report
+  never mixes two profiles;
+- `pristine/novaops.db`: the dataset built fresh from the sample (`load_sql`) plus the standard
+  tool registry; every item runs on its own copy of it;
+- `items.jsonl`: one finished item per line, appended as soon as it finishes, so an interrupted
+  run loses at most the items in flight and a restart skips the ids already there;
+- `work/`: per-item database copies and checkpoint files (kept only for failed items).
+
+Items run one after another in this process, or in `jobs` worker processes (spawn): the graph's
+nodes find their stores through the environment, which each item sets for its own copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from tramita.settings import Settings
+
+Kind = Literal["conversations", "questions"]
+KINDS: tuple[Kind, ...] = ("conversations", "questions")
+TODAY = "2026-05-15"
+
+
+class EvalSetupError(RuntimeError):
+    """The run cannot start: bad input file, missing stores, a mismatched resume. Says what to do."""
+
+
+# ----------------------------------------------------------------------------- input files
+
+class _Expect(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    status_after: Literal["idle", "collecting", "awaiting_confirmation"]
+    tool: str | None = None
+    params: dict[str, Any] = {}
+    executed: str | None = None
+    refused: bool = False
+    answer_facts: list[str] = []
+
+
+class _Turn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    user: str
+    expect: _Expect
+
+
+class _FinalQuery(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    sql: str
+    rows: list[list[Any]]
+
+
+class ConversationItem(BaseModel):
+    """Validation of one line of conversations.dev.jsonl (the runner keeps the raw dict)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    lang: str = ""
+    user_id: str
+    description: str = ""
+    turns: list[_Turn]
+    final_db: list[_FinalQuery] = []
+    no_other_writes: bool = False
+
+
+class QuestionItem(BaseModel):
+    """Validation of one line of questions.dev.jsonl."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    lang: str = ""
+    question: str
+    needs: list[Literal["sql", "graph", "docs"]]
+    gold_sql: str | None = None
+    gold_cypher: str | None = None
+    gold_doc_ids: list[str] = []
+    answer_facts: list[str] = []
+    must_refuse: bool = False
+    notes: str = ""
+
+
+_MODELS: dict[str, type[BaseModel]] = {"conversations": ConversationItem, "questions": QuestionItem}
+_KNOWN_EXPECT = set(_Expect.model_fields)
+
+
+def read_items(path: Path, kind: Kind, *, ids: Sequence[str] | None = None,
+               limit: int | None = None) -> list[dict[str, Any]]:
+    """The items of a JSONL file, validated against the README's format; errors name the line
+    and the field. `ids` selects (unknown ids are an error), then `limit` keeps the first n."""
+    if not path.is_file():
+        raise EvalSetupError(f"{path}: no such file")
+    model = _MODELS[kind]
+    items: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvalSetupError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        try:
+            model.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            hint = (" (is this a questions file? use `tramita eval questions`)" if kind == "conversations"
+                    and "question" in raw else " (is this a conversations file? use `tramita eval conversations`)"
+                    if kind == "questions" and "turns" in raw else "")
+            raise EvalSetupError(f"{path}:{n}: field {where}: {first['msg']}{hint}") from exc
+        if raw["id"] in seen:
+            raise EvalSetupError(f"{path}:{n}: duplicate id {raw['id']!r} (first on line {seen[raw['id']]})")
+        seen[raw["id"]] = n
+        items.append(raw)
+    if ids:
+        unknown = [i for i in ids if i not in seen]
+        if unknown:
+            raise EvalSetupError(f"{path}: unknown ids {', '.join(unknown)}")
+        wanted = set(ids)
+        items = [i for i in items if i["id"] in wanted]
+    return items[:limit] if limit else items
+
+
+def unknown_expect_keys(items: list[dict[str, Any]]) -> set[str]:
+    """Keys of `expect` the README does not define (probably typos; they are not checked)."""
+    return {k for it in items for t in it.get("turns", []) for k in t["expect"] if k not in _KNOWN_EXPECT}
+
+
+# ------------------------------------------------------------------------ stores and dataset
+
+def check_stores(settings: Settings) -> None:
+    """The graph and the document store must be ingested; the eval never builds them itself."""
+    from tools.doc_store import DocStore, DocStoreUnavailable
+    from tools.graph_tool import GraphTool
+
+    hint = "run `tramita ingest` first (or point TRAMITA_GRAPH_URL / TRAMITA_CHROMA_DIR at an ingested store)"
+    try:
+        rows = GraphTool(settings.graph_url).query("MATCH (e:Employee) RETURN count(e) AS n")
+        if not rows or not rows[0].get("n"):
+            raise EvalSetupError(f"the graph at {settings.graph_url} is empty: {hint}")
+    except EvalSetupError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure here means the graph is not usable
+        raise EvalSetupError(f"the graph at {settings.graph_url} cannot be read ({exc}): {hint}") from exc
+    try:
+        if DocStore(settings.chroma_dir).count() == 0:
+            raise EvalSetupError(f"the document store at {settings.chroma_dir} is empty: {hint}")
+    except DocStoreUnavailable as exc:
+        raise EvalSetupError(f"{exc}; {hint}") from exc
+
+
+def prepare_pristine(out: Path, settings: Settings) -> Path:
+    """`<out>/pristine/novaops.db`: the sample loaded fresh (idempotent on resume) with the
+    standard tool registry, whose vectors already sit in the data dir's Chroma."""
+    from ingest.sql_loader import load_sql
+    from tools.database import writer_engine
+    from tools.registry import Registry
+
+    db = out / "pristine" / "novaops.db"
+    url = f"sqlite:///{db}"
+    load_sql(url, progress=False)
+    engine = writer_engine(url)
+    Registry(engine, chroma_dir=settings.chroma_dir).sync()
+    engine.dispose()
+    return db
+
+
+# ----------------------------------------------------------------------------- the checkpoint
+
+@dataclass
+class Checkpoint:
+    """`items.jsonl`: finished items, one JSON object per line, appended and flushed one by one."""
+
+    path: Path
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+    def load(self) -> Checkpoint:
+        if self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.records[str(rec["id"])] = rec
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    self.skipped_lines += 1  # a line cut short by a kill: that item runs again
+        return self
+
+    def done(self) -> set[str]:
+        """Ids that need not run again (an item whose runner crashed is retried)."""
+        return {i for i, r in self.records.items() if not r.get("crashed")}
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.records[str(record["id"])] = record
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def check_run_meta(out: Path, meta: dict[str, Any]) -> None:
+    """Write `run.json`, or check that a resumed run asks for the same kind, file and profile."""
+    path = out / "run.json"
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        for key in ("kind", "file", "profile"):
+            if old.get(key) != meta.get(key):
+                raise EvalSetupError(f"{out} holds a run with {key}={old.get(key)!r}, not {meta.get(key)!r}: "
+                                     "use another --out (one report never mixes two runs)")
+        return
+    path.write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------- running
+
+@contextmanager
+def _restored_env(names: Sequence[str]) -> Iterator[None]:
+    """Items set TRAMITA_SQL_URL for their copy; put the caller's environment back afterwards."""
+    from tramita.runtime import reset_services
+
+    saved = {n: os.environ.get(n) for n in names}
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+        reset_services()
+
+
+def _init_worker(env: dict[str, str]) -> None:
+    os.environ.update(env)
+
+
+def run_one(kind: Kind, item: dict[str, Any], pristine_db: str, workdir: str, backend: str) -> dict[str, Any]:
+    """Run one item (in this process or a worker) and return its JSON record."""
+    work = Path(workdir)
+    for leftover in work.glob(f"{item['id']}.*"):
+        leftover.unlink()  # an earlier, interrupted attempt
+    try:
+        if kind == "conversations":
+            from tramita.evaluation.conversations import run_item
+
+            record = run_item(item, Path(pristine_db), work, backend=backend).to_json()
+        else:
+            from tramita.evaluation.questions import run_question
+
+            record = run_question(item, Path(pristine_db), work, backend=backend).to_json()
+    except Exception as exc:  # noqa: BLE001 - the item failed to run; it is retried on resume
+        record = crashed_record(kind, item, f"{type(exc).__name__}: {exc}")
+    if record.get("ok"):
+        for f in work.glob(f"{item['id']}.*"):
+            f.unlink(missing_ok=True)  # keep the databases of failed items only, for inspection
+    return record
+
+
+def crashed_record(kind: Kind, item: dict[str, Any], error: str) -> dict[str, Any]:
+    base = {"id": item["id"], "ok": False, "error": error[:500], "crashed": True, "seconds": 0.0}
+    if kind == "conversations":
+        return {**base, "turns": [], "final_checks": {"no_crash": False}, "unconfirmed_writes": 0}
+    return {**base, "question": item.get("question", ""), "lang": item.get("lang", ""),
+            "needs": item.get("needs", []), "answer": "", "status": "", "checks": {"no_crash": False},
+            "facts": {}, "plan": {}, "plan_matches_needs": False, "sql": {}, "cypher": {}, "docs": [],
+            "doc_recall": None, "refused": False, "tables_changed": [], "trace": {}}
+
+
+def run_items(kind: Kind, items: list[dict[str, Any]], *, pristine_db: Path, workdir: Path, backend: str,
+              jobs: int, env: dict[str, str], on_done: Callable[[dict[str, Any]], None]) -> None:
+    """Run `items`, calling `on_done(record)` in this process as each finishes (in finishing
+    order). KeyboardInterrupt propagates after the workers are stopped; finished items are kept."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if jobs <= 1:
+        with _restored_env(["TRAMITA_SQL_URL", *env]):
+            os.environ.update(env)
+            for item in items:
+                on_done(run_one(kind, item, str(pristine_db), str(workdir), backend))
+        return
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                               initializer=_init_worker, initargs=(env,))
+    pending: dict[Future[dict[str, Any]], dict[str, Any]] = {}
+    try:
+        for item in items:
+            pending[pool.submit(run_one, kind, item, str(pristine_db), str(workdir), backend)] = item
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                item = pending.pop(fut)
+                try:
+                    record = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. out of memory)
+                    record = crashed_record(kind, item, f"worker failed: {type(exc).__name__}: {exc}")
+                on_done(record)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+# ------------------------------------------------------------------------------ statistics
+
+def _dist(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "mean": None, "max": None}
+    arr = np.asarray(values, dtype=float)
+    return {"p50": round(float(np.percentile(arr, 50)), 4), "p95": round(float(np.percentile(arr, 95)), 4),
+            "mean": round(float(arr.mean()), 4), "max": round(float(arr.max()), 4)}
+
+
+def per_turn_stats(turns: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
+    """LLM calls, tokens (prompt + completion) and latency per turn, from (trace, seconds) pairs."""
+    traced = [(t, s) for t, s in turns if t]
+    return {
+        "turns": len(traced),
+        "llm_calls_per_turn": _dist([float(t.get("llm_calls", 0)) for t, _ in traced]),
+        "tokens_per_turn": _dist([float(t.get("prompt_tokens", 0)) + float(t.get("completion_tokens", 0))
+                                  for t, _ in traced]),
+        "latency_s": _dist([float(s) for _, s in traced]),
+    }
+
+
+def turn_series(kind: str, records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per-turn values for the histograms."""
+    pairs = ([(t["trace"], t["seconds"]) for r in records for t in r.get("turns", [])] if kind == "conversations"
+             else [(r["trace"], r["seconds"]) for r in records])
+    pairs = [(t, s) for t, s in pairs if t]
+    return {"llm_calls": [float(t.get("llm_calls", 0)) for t, _ in pairs],
+            "tokens": [float(t.get("prompt_tokens", 0)) + float(t.get("completion_tokens", 0)) for t, _ in pairs],
+            "latency_s": [float(s) for _, s in pairs]}
