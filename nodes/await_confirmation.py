@@ -60,7 +60,7 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any
                 "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
                 "intent": Intent(kind="correction"),
                 "turn": trace("await_confirmation", route="correction", refused=bool(applied.errors or more))}
-    if len(words(text)) <= 6 and not is_question(text):
+    if 0 < len(words(text)) <= 6 and not is_question(text):  # an empty message costs no LLM call
         try:
             d = structured_call("confirmation", Decision, "confirmation", backend=ctx.llm_backend, usage=usage,
                                 summary=tx.get("summary", ""), message=text)

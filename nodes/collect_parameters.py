@@ -30,6 +30,7 @@ from tramita.extraction import (
 )
 from tramita.faults import crash_point
 from tramita.intent import synonyms_for
+from tramita.lexicon import classify as lexicon
 from tramita.lexicon import has_correction_cue, mentions_cancel
 from tramita.replies import say
 from tramita.runtime import Services
@@ -96,9 +97,14 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
     for name in [k for k in raw if k in tx["args"]]:
         if not correction_allowed(spec.properties[name], text, cue):
             raw.pop(name)
+    # values that would rewrite already-filled ones: with a correction cue the message is about
+    # them ("na verdade é a EXP-0266"), so it is not also a free-text answer
+    changes = [k for k in raw if k in tx["args"]]
     pending = [p for p in tx.get("pending", spec.required) if p not in raw]
     llm_failed: str | None = None
-    if not start and pending and text.strip() and not mentions_cancel(text):
+    plain_reply = lexicon(text) is not None  # "sim" / "não" / "cancela" is never a parameter value
+    if (not start and pending and text.strip() and not mentions_cancel(text) and not plain_reply
+            and not (cue and changes)):
         askable = [p for p in pending if kind_of(spec.properties[p]) not in ("id",)]
         if askable:
             try:
@@ -106,9 +112,13 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
             except LLMError as exc:
                 llm_failed = str(exc)
     free = [k for k in raw if kind_of(spec.properties[k]) == "text"]
-    if free and (start or is_question(text) or mentions_cancel(text) or _another_tool(text, spec, ctx, s)):
+    another = bool(free or changes) and not start and _another_tool(text, spec, ctx, s)
+    if free and (start or is_question(text) or mentions_cancel(text) or another):
         for k in free:
             raw.pop(k)
+    if another:  # "aprova a EXP-0264" while rejecting EXP-0297 is a new request, not a correction
+        for k in changes:
+            raw.pop(k, None)
     try:
         applied = apply_values(spec, tx, raw, tctx)
         errors: list[ToolError] = list(applied.errors)

@@ -29,7 +29,10 @@ def _next_step(state: State, ctx: Context, lang: str) -> str:
         summary = tx.get("summary", "")
         if resume:
             return say("resume_confirm", lang, tool=tool, summary=summary)
-        if step in ("reprompt", "offer_cancel"):
+        if step == "offer_cancel":  # the re-prompt limit: ask once more AND offer to cancel
+            return "\n\n".join([say("reprompt_confirm", lang, summary=summary),
+                                  say("offer_cancel", lang, tool=tool, param="sim/não" if lang == "pt" else "yes/no")])
+        if step == "reprompt":
             return say("reprompt_confirm", lang, summary=summary)
         return say("ask_confirm", lang, summary=summary)
     pending = tx.get("pending") or []

@@ -665,7 +665,7 @@ def run_bench(out: Path, *, quick: bool = False, skip_local: bool = False, skip_
             started = time.perf_counter()
             try:
                 fn(work)
-            except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
+            except Exception as exc:
                 if os.environ.get("TRAMITA_DEBUG"):
                     raise
                 report[name] = {"error": f"{type(exc).__name__}: {exc}"[:600]}

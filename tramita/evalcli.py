@@ -58,6 +58,8 @@ def add_eval_commands(sub: Any) -> None:
         s.add_argument("--out", type=Path, help="output directory; an existing one is resumed "
                        "(default ./out/eval-<kind>-<timestamp>)")
         s.set_defaults(fn=cmd_eval, eval_kind=kind)
+    from tramita.bench import add_bench_command  # `tramita bench` (tramita/bench.py)
+    add_bench_command(sub)
 
 
 def _profile(args: argparse.Namespace) -> str:

@@ -16,7 +16,7 @@ from tools.business.catalog import rules
 from tools.llm import LLMError, Usage, structured_call
 from tools.registry import MatchResult
 from tools.registry_models import ToolSpec
-from tramita.extraction import deterministic
+from tramita.extraction import deterministic, kind_of
 from tramita.replies import say
 from tramita.runtime import Services
 from tramita.text import is_question, words
@@ -37,8 +37,10 @@ def synonyms_for(spec: ToolSpec) -> dict[str, dict[str, str]]:
 
 
 def carries_value(spec: ToolSpec, text: str, s: Services) -> bool:
+    """Does the message carry one of the tool's *identifiers* (EXP-0150, TCK-1140)? Names and
+    enum words ("payments-api", "P2") appear in ordinary questions too, so they do not count."""
     found = deterministic(spec, text, s.engine, synonyms_for(spec))
-    return bool(found.values)
+    return any(kind_of(spec.properties[k]) == "id" for k in found.values)
 
 
 def classify(text: str, ctx: Context, s: Services, usage: Usage, *, exclude: str | None = None) -> Intent:

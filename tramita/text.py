@@ -24,8 +24,9 @@ _EN_HINTS = {
     "to", "my", "i", "it", "cancel", "then", "with", "team", "week", "budget", "policy", "and", "can",
     "should", "status", "assigned", "services", "depend", "directly", "indirectly", "set", "make", "go", "ahead",
 }
+# "porque" (one word) is "because": a reason given as an answer, not a question ("por que" / "porque?")
 _QUESTION_WORDS = (
-    "qual", "quais", "quem", "quando", "quanto", "quantos", "quantas", "como", "onde", "por que", "porque",
+    "qual", "quais", "quem", "quando", "quanto", "quantos", "quantas", "como", "onde", "por que",
     "what", "which", "who", "when", "how", "where", "why", "whose", "is there", "are there", "do we", "does",
     "can i", "can luciana", "according",
 )

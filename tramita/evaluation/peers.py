@@ -180,7 +180,9 @@ class ChatLlamaCppToolCalling(ChatLlamaCppShared):
         msg.response_metadata = {"seconds": elapsed}
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:
+    def bind_tools(  # type: ignore[override]
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, BaseMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
 
@@ -291,8 +293,9 @@ def build_kuzu_graph(kuzu_dir: Path, sample_dir: Path = SAMPLE_DIR) -> Path:
 
     kuzu_dir.mkdir(parents=True, exist_ok=True)
     path = kuzu_dir / "novaops.kuzu"
-    if path.exists():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.unlink(missing_ok=True)
     Path(str(path) + ".wal").unlink(missing_ok=True)
     _, plan = _plan(sample_dir)
     db = kuzu.Database(str(path))
@@ -302,8 +305,8 @@ def build_kuzu_graph(kuzu_dir: Path, sample_dir: Path = SAMPLE_DIR) -> Path:
     for it in plan:
         conn.execute(f"COPY {_ident(it.name)} FROM {cypher_literal(str(it.path.resolve()))} (header=true)")
     for it in plan:
-        got = conn.execute(_count_query(it)).get_next()[0]  # type: ignore[union-attr]
-        if int(got) != len(it.rows):
+        got = _scalar(conn, _count_query(it))
+        if got != len(it.rows):
             raise RuntimeError(f"Kùzu load of {it.name}: {got} rows, expected {len(it.rows)}")
     conn.close()
     db.close()
@@ -326,10 +329,15 @@ class _TextLog(BaseCallbackHandler):
         return None
 
 
+def _scalar(conn: Any, query: str) -> int:
+    result = conn.execute(query)
+    return int(result.get_next()[0])
+
+
 def _kuzu_counts(conn: Any, plan: list[Any]) -> dict[str, int]:
     from ingest.graph_loader import _count_query
 
-    return {it.name: int(conn.execute(_count_query(it)).get_next()[0]) for it in plan}
+    return {it.name: _scalar(conn, _count_query(it)) for it in plan}
 
 
 def run_kuzu_peer(items: list[dict[str, Any]], kuzu_dir: Path, llm: BaseChatModel, *,
@@ -606,7 +614,7 @@ def run_tramita_conversations(items: list[dict[str, Any]], pristine_db: Path, wo
     for item in items:
         with _restore_env("TRAMITA_SQL_URL"):
             r = run_item(item, pristine_db, workdir, backend=backend)
-        turns = [{"user": t.user, "answer": t.answer[:600], "executed": [t.trace.get("executed_tool")]
+        turns: list[dict[str, Any]] = [{"user": t.user, "answer": t.answer[:600], "executed": [t.trace.get("executed_tool")]
                   if t.trace.get("executed_tool") else [], "checks": t.checks, "status": t.status,
                   "unconfirmed_writes": int(t.unconfirmed_write), "seconds": round(t.seconds, 3),
                   "llm_calls": int(t.trace.get("llm_calls", 0)), "prompt_tokens": int(t.trace.get("prompt_tokens", 0)),

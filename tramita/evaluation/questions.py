@@ -256,8 +256,8 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, *, back
 
     Sets TRAMITA_SQL_URL for this process (the graph's nodes read their stores from the
     environment), so items of one process run one after another."""
-    from ingest.sql_loader import copy_sqlite
     from graph.context import Context
+    from ingest.sql_loader import copy_sqlite
     from tramita.runtime import reset_services
     from tramita.session import open_session
     from tramita.settings import Settings

@@ -153,7 +153,7 @@ def check_stores(settings: Settings) -> None:
             raise EvalSetupError(f"the graph at {settings.graph_url} is empty: {hint}")
     except EvalSetupError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure here means the graph is not usable
+    except Exception as exc:
         raise EvalSetupError(f"the graph at {settings.graph_url} cannot be read ({exc}): {hint}") from exc
     try:
         if DocStore(settings.chroma_dir).count() == 0:
