@@ -21,7 +21,6 @@ import hashlib
 import json
 import random
 import re
-import statistics
 import tempfile
 import time
 from pathlib import Path

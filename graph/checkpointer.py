@@ -26,15 +26,21 @@ def open_checkpointer(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
             saver.setup()
             yield saver
         return
+    with _sqlite_saver(url) as lite:
+        yield lite
+
+
+@contextmanager
+def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
     path = url.removeprefix("sqlite:///")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
+    lite = sqlite3.connect(path, check_same_thread=False, timeout=30)
+    lite.execute("PRAGMA journal_mode=WAL")
     try:
-        saver = SqliteSaver(conn)
+        saver = SqliteSaver(lite)
         saver.setup()
         yield saver
     finally:
-        conn.close()
+        lite.close()

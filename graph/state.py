@@ -8,10 +8,11 @@ turn never reads a previous turn's routing decision.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict  # not typing's: pydantic needs it on 3.11 for Studio's schemas
 
 Status = Literal["idle", "collecting", "awaiting_confirmation"]
 
@@ -91,7 +92,7 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
     merged: TurnTrace = TurnTrace(**old)
     for key in ("llm_calls", "prompt_tokens", "completion_tokens"):
         if key in new:
-            merged[key] = int(old.get(key, 0)) + int(new[key])  # type: ignore[literal-required]
+            merged[key] = int(old.get(key, 0) or 0) + int(new[key] or 0)  # type: ignore[literal-required,call-overload]
     if "llm_seconds" in new:
         merged["llm_seconds"] = float(old.get("llm_seconds", 0.0)) + float(new["llm_seconds"])
     if "nodes" in new:

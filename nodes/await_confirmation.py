@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from graph.context import Context
 from graph.state import Intent, State, Transaction
+from nodes.collect_parameters import _another_tool as another_tool
 from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, user_text
 from tools.llm import LLMError, Usage, structured_call
 from tramita.extraction import correction_allowed, deterministic
@@ -48,6 +49,9 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any
     cue = has_correction_cue(text)
     changed = {k: v for k, v in found.values.items() if str(tx["args"].get(k, "")).upper() != str(v).upper()
                and correction_allowed(spec.properties[k], text, cue)}
+    if changed and another_tool(text, spec, ctx, s):
+        # "rejeita a EXP-0297" while approving EXP-0264 is a new request, never "approve EXP-0297"
+        return {"intent": Intent(kind="shift"), "turn": trace("await_confirmation", route="other:tool")}
     if changed:
         tctx = tool_context(ctx, lang, s)
         tx["args"] = dict(tx["args"])

@@ -82,6 +82,7 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
         if tx is not None:  # intent shift: the old transaction ends cleanly, nothing leaks
             msg = say("abandoned", lang, tool=tx.get("tool"))
             update["last_transaction"] = ended(tx, "abandoned", msg, now)
+            notices.append(msg)  # say so: the user must know the earlier action will not happen
         tx = new_transaction(spec, now)
         start = True
     else:
@@ -105,7 +106,9 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
     plain_reply = lexicon(text) is not None  # "sim" / "não" / "cancela" is never a parameter value
     if (not start and pending and text.strip() and not mentions_cancel(text) and not plain_reply
             and not (cue and changes)):
-        askable = [p for p in pending if kind_of(spec.properties[p]) not in ("id",)]
+        # free text from a question is dropped below anyway: do not spend an LLM call on it
+        skip = ("id", "text") if is_question(text) else ("id",)
+        askable = [p for p in pending if kind_of(spec.properties[p]) not in skip]
         if askable:
             try:
                 raw.update({k: v for k, v in _llm_values(spec, tx, text, askable, ctx, usage).items() if k not in raw})

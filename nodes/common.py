@@ -13,7 +13,7 @@ from graph.state import State, TurnTrace
 from tools.business.base import ToolContext
 from tools.registry_models import ToolSpec
 from tramita.runtime import Services, services
-from tramita.text import clean
+from tramita.text import MAX_MESSAGE_CHARS, clean
 
 
 def user_text(state: State) -> str:
@@ -24,7 +24,7 @@ def user_text(state: State) -> str:
             content = m.content
             if isinstance(content, list):
                 content = " ".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)
-            return clean(str(content))
+            return clean(str(content)[: 4 * MAX_MESSAGE_CHARS])  # a 1 MB message costs no more than a long one
     return ""
 
 

@@ -14,8 +14,11 @@ from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.state import State
-from nodes.common import ctx_of, lang_of, svc, trace
+from nodes.common import ctx_of, lang_of, svc, trace, user_text
+from tramita.logmask import get_logger
 from tramita.replies import say
+
+log = get_logger()
 
 
 def _next_step(state: State, ctx: Context, lang: str) -> str:
@@ -52,9 +55,28 @@ def _next_step(state: State, ctx: Context, lang: str) -> str:
     return say("ask_param", lang, tool=tool, param=name, description=desc)
 
 
+def _log_turn(state: State, ctx: Context) -> None:
+    """Every refusal (and every turn with errors) leaves a log line; tramita.logmask masks it."""
+    t = state.get("turn") or {}
+    if not (t.get("refused") or t.get("errors")):
+        return
+    try:
+        from langgraph.config import get_config
+
+        thread = str(get_config().get("configurable", {}).get("thread_id", ""))
+    except Exception:  # noqa: BLE001 - outside a run (unit tests call nodes directly)
+        thread = ""
+    if t.get("refused"):
+        log.warning("refused: thread=%s user=%s route=%s refusal=%s message=%r", thread, ctx.user_id, t.get("route"),
+                    str(t.get("refusal"))[:300], user_text(state)[:200])
+    if t.get("errors"):
+        log.info("turn errors: thread=%s user=%s errors=%s", thread, ctx.user_id, "; ".join(t.get("errors", []))[:600])
+
+
 def respond(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = ctx_of(runtime)
     lang = lang_of(state)
+    _log_turn(state, ctx)
     parts = [n for n in state.get("notices", []) if n]
     if state.get("answer"):
         parts.insert(0, state["answer"])

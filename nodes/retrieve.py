@@ -41,6 +41,7 @@ def _graph(question: str, ctx: Context, usage: Usage) -> dict[str, Any]:
 
 
 JOBS = {"use_docs": _docs, "use_sql": _sql, "use_graph": _graph}
+UNSAFE = ("UnsafeSQLError", "UnsafeCypherError")
 
 
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             futures[key] = _POOL.submit(job, question, ctx, usages[key])
     contexts: list[dict[str, Any]] = []
     errors: list[str] = []
+    refusals: list[str] = []
     for key, fut in futures.items():
         name = key[4:]
         try:
@@ -65,13 +67,16 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             contexts.append({"backend": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
         if contexts[-1].get("error"):
             errors.append(f"{name}: {contexts[-1]['error']}")
+            if str(contexts[-1]["error"]).startswith(UNSAFE):  # the read-only guard refused a query
+                refusals.append(f"{name}: {str(contexts[-1]['error'])[:200]}")
     total = Usage()
     for u in usages.values():
         total.calls += u.calls
         total.prompt_tokens += u.prompt_tokens
         total.completion_tokens += u.completion_tokens
         total.seconds += u.seconds
-    return {"contexts": contexts, "turn": trace("retrieve", errors=errors, **total.trace())}
+    extra: dict[str, Any] = {"refused": True, "refusal": "; ".join(refusals)} if refusals else {}
+    return {"contexts": contexts, "turn": trace("retrieve", errors=errors, **extra, **total.trace())}
 
 
 def render_contexts(contexts: list[dict[str, Any]], max_chars: int = 3500) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from langchain_core.messages import HumanMessage
 from langgraph.runtime import Runtime
 
 from graph.context import Context
@@ -17,7 +18,7 @@ from graph.state import Intent, State
 from nodes.common import ctx_of, now_for, svc, user_text
 from tramita.replies import say
 from tramita.safety import screen
-from tramita.text import detect_language
+from tramita.text import MAX_MESSAGE_CHARS, detect_language
 from tramita.transactions import ended
 
 
@@ -55,5 +56,17 @@ def route_turn(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         category, reason_pt, reason_en = flagged
         update["intent"] = Intent(kind="refuse", reason=reason_en if lang == "en" else reason_pt, tool=category)
     update["notices"] = ["__reset__", *notices]
-    update["turn"] = {"route": "__reset__", "nodes": ["route_turn"]}
+    update["turn"] = {"route": "__reset__", "nodes": ["route_turn"], **_bound_message(state, update)}
     return update
+
+
+def _bound_message(state: State, update: dict[str, Any]) -> dict[str, Any]:
+    """An oversized message (say 1 MB) is replaced in the state by what the nodes read (the first
+    MAX_MESSAGE_CHARS characters), so later checkpoints do not carry it; the trace says so."""
+    msgs = state.get("messages", [])
+    last = msgs[-1] if msgs else None
+    if not isinstance(last, HumanMessage) or not isinstance(last.content, str) or len(last.content) <= 4 * MAX_MESSAGE_CHARS:
+        return {}
+    size = len(last.content)
+    update["messages"] = [HumanMessage(content=user_text(state) + " […]", id=last.id)]
+    return {"errors": [f"message truncated: {size} characters, the first {MAX_MESSAGE_CHARS} were read"]}

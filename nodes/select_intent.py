@@ -26,6 +26,9 @@ def select_intent(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         return {"intent": intent, "notices": [say("nothing_pending", lang)], "turn": trace("select_intent", route="idle-reply")}
     try:
         intent = classify(text, ctx, svc(), usage)
-    except Exception as exc:  # noqa: BLE001 - registry/embeddings down: answer as a question instead
+    except Exception as exc:  # noqa: BLE001 - registry/embeddings down: answer as a question, and say so
         intent = Intent(kind="question", reason=f"matching unavailable: {exc}")
+        gap = f"{type(exc).__name__}: {str(exc)[:160]}"
+        return {"intent": intent, "notices": [say("backend_gap", lang, backend="tool registry", error=gap)],
+                "turn": trace("select_intent", route="select:question", errors=[f"tool registry: {gap}"], **usage.trace())}
     return {"intent": intent, "turn": trace("select_intent", route=f"select:{intent.get('kind')}", **usage.trace())}

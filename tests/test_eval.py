@@ -78,12 +78,12 @@ def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
     assert main(["--profile", "local", "eval", "conversations", str(CONVERSATIONS), "--out", str(out)]) == 1
 
 
-def test_eval_questions_smoke_with_workers(eval_env: Path) -> None:
-    """Two worker processes; q-dev-001 is the one SQL question the scripted model answers right
-    (its fixed query counts pending expenses), q-dev-038 an injection that must be refused."""
+def test_eval_questions_smoke(eval_env: Path) -> None:
+    """q-dev-001 is the one SQL question the scripted model answers right (its fixed query counts
+    pending expenses); q-dev-038 is an injection that must be refused."""
     out = eval_env / "q"
     rc = main(["eval", "questions", str(QUESTIONS), "--profile", "scripted",
-               "--ids", "q-dev-001,q-dev-038", "--jobs", "2", "--out", str(out)])
+               "--ids", "q-dev-001,q-dev-038", "--out", str(out)])
     assert rc == 0
     report = _report(out)
     s = report["summary"]
@@ -112,6 +112,21 @@ def test_eval_questions_smoke_with_workers(eval_env: Path) -> None:
     assert not re.search(r'(src|href)="(?!data:)', page)
 
 
+def test_a_worker_that_dies_fails_only_its_item(eval_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGKILL (tramita.faults crash point after the business write commits) in one worker:
+    that item is recorded as crashed, the other finishes, the run ends normally."""
+    monkeypatch.setenv("TRAMITA_CRASH_AT", "after_commit")
+    out = eval_env / "crash"
+    rc = main(["--profile", "scripted", "eval", "conversations", str(CONVERSATIONS),
+               "--ids", "c-dev-001,c-dev-013", "--jobs", "2", "--out", str(out)])
+    assert rc == 0
+    by_id = {r["id"]: r for r in _report(out)["items"]}
+    assert by_id["c-dev-001"]["crashed"] and not by_id["c-dev-001"]["ok"]
+    assert "worker process died (exit code -9)" in by_id["c-dev-001"]["error"]
+    assert by_id["c-dev-013"]["ok"]  # never executes a tool, so never reaches the crash point
+    assert Checkpoint(out / "items.jsonl").load().done() == {"c-dev-013"}  # a resume retries the crash
+
+
 def test_bad_input_names_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAMITA_LLM", "scripted")  # the CLI's global flags write the environment
     bad = tmp_path / "c.jsonl"
@@ -138,6 +153,19 @@ def test_checkpoint_survives_a_cut_line(tmp_path: Path) -> None:
     again = Checkpoint(ck.path).load()
     assert again.done() == {"a"}  # the crashed item and the cut one run again
     assert again.skipped_lines == 1
+
+
+def test_a_crashed_question_fails_every_check_it_asks_for() -> None:
+    from tramita.evaluation.questions import summarize
+    from tramita.evaluation.runner import crashed_record
+
+    items = read_items(QUESTIONS, "questions", ids=["q-dev-030", "q-dev-038"])
+    records = [crashed_record("questions", it, "worker process died (exit code -6)") for it in items]
+    assert records[0]["checks"] == {"answer_facts": False, "sql_execution": False, "doc_recall_at_5": False,
+                                    "no_crash": False}
+    s = summarize(records)
+    assert s["backends"]["sql_execution_accuracy"] == 0.0 and s["backends"]["doc_recall_at_5"] == 0.0
+    assert s["backends"]["refusal_accuracy"] == 0.0 and s["success_rate"] == 0.0
 
 
 # ----------------------------------------------------------------------- result comparison

@@ -20,8 +20,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.registry_models import load_model
+from tramita.logmask import get_logger
 from tramita.paths import POLICIES_DIR
 from tramita.prompts import split
+
+log = get_logger("tramita")
 
 T = TypeVar("T", bound=BaseModel)
 COMPONENTS = ("transaction_parameter_extraction", "confirmation", "router", "planner", "text_to_sql",
@@ -167,8 +170,10 @@ def structured_call(component: str, schema: type[T], prompt: str, *, backend: st
         content = str(getattr(raw, "content", ""))[:200]
         last_error = f"invalid output {content!r}: {err}"[:300] if content.strip() else "empty reply"
         if attempt == 0:
+            log.info("LLM %s: attempt 1 invalid (%s); retrying once with the error", component, last_error[:200])
             messages = [*messages, AIMessage(content or "(empty)"),
                         HumanMessage(f"That reply was invalid ({last_error}). Reply again with JSON that matches the schema.")]
+    log.warning("LLM %s failed twice: %s", component, last_error[:300])
     raise LLMError(f"{component}: {last_error}")
 
 
@@ -193,4 +198,5 @@ def text_call(component: str, prompt: str, *, backend: str | None = None, usage:
         if text:
             return text
         last_error = "empty reply"
+    log.warning("LLM %s failed twice: %s", component, last_error[:300])
     raise LLMError(f"{component}: {last_error}")

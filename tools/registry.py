@@ -179,8 +179,9 @@ def resolve_handler(handler: str) -> tuple[Any, str]:
         module = importlib.import_module(module_name)
         cls = getattr(module, cls_name)
         obj = cls()
-        getattr(obj, method)
-    except (ImportError, AttributeError) as exc:
+        if not callable(getattr(obj, method)):
+            raise AttributeError(f"{cls_name}.{method} is not callable")
+    except (ImportError, AttributeError, TypeError) as exc:  # TypeError: a class that needs arguments
         raise RegistryError(f"handler {handler!r} cannot be resolved: {exc}") from exc
     return obj, method
 
@@ -359,8 +360,12 @@ class Registry:
         version replaces the row and re-embeds; an equal version changes nothing."""
         path = path or self.policies_dir / "tools.yaml"
         tool_file = load_tool_file(path)
-        for spec in tool_file.tools:
+        handlers: set[str] = set()
+        for spec in tool_file.tools:  # every check before any write: a bad file changes nothing
             self._check_policy(spec)
+            if spec.handler not in handlers:
+                self._check_handler(path, spec)
+                handlers.add(spec.handler)
         stored = self._load_specs()
         report = SyncReport()
         changed: list[ToolSpec] = []
@@ -399,6 +404,14 @@ class Registry:
             raise RegistryError(f"{self.policies_dir / 'tool_policies.yaml'}: tool {spec.name!r}: field requires: "
                                 f"unknown parameters {unknown}")
 
+    @staticmethod
+    def _check_handler(path: Path, spec: ToolSpec) -> None:
+        """A handler that does not import fails the file now, not the first confirmed write."""
+        try:
+            resolve_handler(spec.handler)
+        except RegistryError as exc:
+            raise RegistryError(f"{path}: tool {spec.name!r}: field handler: {exc}") from exc
+
     def add(self, path: Path) -> list[str]:
         """Add (or update) custom tools from a YAML file; a standard tool's name is refused."""
         tool_file = load_tool_file(path)
@@ -409,7 +422,7 @@ class Registry:
                 old = stored.get((spec.tenant, spec.name))
                 if old is not None and old.standard:
                     raise RegistryError(f"{path}: tool {spec.name!r}: field name: a standard tool has this name")
-                resolve_handler(spec.handler)
+                self._check_handler(path, spec)
                 spec = spec.model_copy(update={"standard": False})
                 self._check_policy(spec)
                 self._write_spec(conn, spec)

@@ -106,5 +106,7 @@ class ScriptedChatModel(BaseChatModel):
 
         return self | RunnableLambda(_parse)
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:
+    def bind_tools(  # type: ignore[override]
+        self, tools: Sequence[Any], **kwargs: Any
+    ) -> Runnable[LanguageModelInput, BaseMessage]:
         raise NotImplementedError("the scripted model does not call tools")

@@ -280,10 +280,14 @@ def _registry_bench_module() -> Any | None:
     path = ROOT / "benchmarks" / "registry_bench.py"
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("tramita_registry_bench", path)
+    name = "tramita_bench_registry_bench"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         return None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -389,9 +393,13 @@ def _pgcluster_module() -> Any:
     path = ROOT / "tests" / "pgcluster.py"
     if not path.is_file():
         raise RuntimeError(f"{path} is not there (needed to start a throwaway PostgreSQL cluster)")
-    spec = importlib.util.spec_from_file_location("tramita_pgcluster", path)
+    name = "tramita_bench_pgcluster"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file executes
     spec.loader.exec_module(module)
     return module
 
@@ -465,7 +473,7 @@ def bench_checkpoints(sample: tuple[Any, Any] | None, workdir: Path, *, n: int, 
 
 # --------------------------------------------------------------------------------- ingest
 
-def bench_ingest(workdir: Path, *, pg_admin: str | None, progress: bool) -> dict[str, Any]:
+def bench_ingest(workdir: Path, *, pg_admin: str | None, progress: bool, max_docs: int | None = None) -> dict[str, Any]:
     from ingest.doc_loader import chunk_docs, load_docs
     from ingest.graph_loader import load_graph
     from ingest.sql_loader import load_sql
@@ -474,6 +482,12 @@ def bench_ingest(workdir: Path, *, pg_admin: str | None, progress: bool) -> dict
     e5 = make_embeddings()
     e5.embed_query("warm-up")
     docs_dir = SAMPLE_DIR / "docs"
+    if max_docs is not None:  # --quick: the first few documents only
+        subset = workdir / "docs"
+        subset.mkdir()
+        for doc in sorted(docs_dir.glob("*.md"))[:max_docs]:
+            shutil.copy(doc, subset / doc.name)
+        docs_dir = subset
     n_docs = len(list(docs_dir.glob("*.md")))
     chunks = len(chunk_docs(docs_dir))
     started = time.perf_counter()
@@ -595,13 +609,13 @@ def bench_local(settings: Settings, workdir: Path, *, quick: bool, backend: str)
     spec = {"backend": backend, "param_turns": 1 if quick else 3, "questions": 1 if quick else 2}
     with fresh_copy(settings, workdir, "local"):
         started = time.perf_counter()
+        # stderr passes through: the probe's progress lines (and a traceback) reach the console
         proc = subprocess.run([sys.executable, "-m", "tramita.bench", "--local-probe", json.dumps(spec)],
-                              capture_output=True, text=True, timeout=1800, env=dict(os.environ))
+                              stdout=subprocess.PIPE, text=True, timeout=3600, env=dict(os.environ))
         wall = time.perf_counter() - started
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"error": f"local probe exited {proc.returncode}: {' | '.join(tail)[:600]}"}
+        return {"error": f"local probe exited {proc.returncode} after {wall:.0f} s (its error is printed above)"}
     out: dict[str, Any] = json.loads(lines[-1])
     out["subprocess_wall_s"] = round(wall, 1)
     return out
@@ -610,7 +624,7 @@ def bench_local(settings: Settings, workdir: Path, *, quick: bool, backend: str)
 # ----------------------------------------------------------------------------------- run
 
 def run_bench(out: Path, *, quick: bool = False, skip_local: bool = False, skip_postgres: bool = False,
-              backend: str = "local", progress: bool = True) -> dict[str, Any]:
+              backend: str = "local", match_sizes: list[int] | None = None, progress: bool = True) -> dict[str, Any]:
     """Run every section, write `bench.json` and `bench.md` into `out`, and return the report."""
     settings = Settings.from_env()
     sqlite_source(settings)  # fail early, before anything is measured
@@ -619,7 +633,7 @@ def run_bench(out: Path, *, quick: bool = False, skip_local: bool = False, skip_
         "started_at": datetime.now().isoformat(timespec="seconds"), "quick": quick, "cpus": os.cpu_count(),
         "python": platform.python_version(), "platform": platform.platform(), "load_average_start": load_average(),
         "data_dir": str(settings.data_dir), "sections_s": {}}}
-    sizes = [100, 1000] if quick else [100, 1000, 10000]
+    sizes = match_sizes or ([100, 1000] if quick else [100, 1000, 10000])
     sections: list[tuple[str, Callable[[Path], Any]]] = []
     state: dict[str, Any] = {}
 
@@ -639,7 +653,7 @@ def run_bench(out: Path, *, quick: bool = False, skip_local: bool = False, skip_
                                                   pg_error=state.get("pg_error"))
 
     def ingest(work: Path) -> None:
-        report["ingest"] = bench_ingest(work, pg_admin=state.get("pg"), progress=progress)
+        report["ingest"] = bench_ingest(work, pg_admin=state.get("pg"), progress=progress, max_docs=3 if quick else None)
 
     def local(work: Path) -> None:
         if skip_local:
@@ -770,9 +784,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if backend == "scripted":
         backend = "local"  # the local section measures a real model; the scripted one is always measured
     report = run_bench(out, quick=args.quick, skip_local=args.skip_local, skip_postgres=args.skip_postgres,
-                       backend=backend)
-    Console(highlight=False).print(render_markdown(report))
-    Console(highlight=False).print(f"report: {out / 'bench.md'}\n        {out / 'bench.json'}")
+                       backend=backend, match_sizes=args.match_sizes)
+    print(render_markdown(report))
+    print(f"report: {out / 'bench.md'}\n        {out / 'bench.json'}")
     failed = [k for k, v in report.items() if isinstance(v, dict) and "error" in v]
     if failed:
         console.print(f"[red]sections that failed:[/] {', '.join(failed)}")
@@ -792,9 +806,19 @@ def cmd_bench_peers(args: argparse.Namespace) -> int:
     summary = run_peer_comparison(kinds, limit=args.limit, out=out, backend=args.profile or "local")
     from tramita.evaluation.peers import render_comparison
 
-    Console(highlight=False).print(render_comparison(summary))
-    Console(highlight=False).print(f"report: {out / 'peers.md'}\n        {out / 'peers.json'}")
+    print(render_comparison(summary))
+    print(f"report: {out / 'peers.md'}\n        {out / 'peers.json'}")
     return 0
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated tool counts such as 100,1000, not {text!r}") from None
+    if not sizes or min(sizes) < 10:
+        raise argparse.ArgumentTypeError(f"each size must be at least 10 (the real tools are part of it): {text!r}")
+    return sizes
 
 
 def _positive(text: str) -> int:
@@ -812,6 +836,8 @@ def add_bench_command(subparsers: Any) -> None:
     b.add_argument("--quick", action="store_true", help="tiny counts (a smoke run)")
     b.add_argument("--skip-local", action="store_true", help="skip the local-model figures")
     b.add_argument("--skip-postgres", action="store_true", help="skip the PostgreSQL figures")
+    b.add_argument("--match-sizes", type=_sizes, help="registry sizes for tool matching (default 100,1000,10000; "
+                   "--quick: 100,1000)")
     b.set_defaults(fn=cmd_bench)
     bsub = b.add_subparsers(dest="bench_cmd")
     p = bsub.add_parser("peers", help="tramita and LangChain's standard chains on the same items, as ratios")

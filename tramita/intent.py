@@ -17,6 +17,7 @@ from tools.llm import LLMError, Usage, structured_call
 from tools.registry import MatchResult
 from tools.registry_models import ToolSpec
 from tramita.extraction import deterministic, kind_of
+from tramita.lexicon import is_polite_request
 from tramita.replies import say
 from tramita.runtime import Services
 from tramita.text import is_question, words
@@ -49,12 +50,17 @@ def classify(text: str, ctx: Context, s: Services, usage: Usage, *, exclude: str
         return Intent(kind="none", reason="empty message")
     reg = s.registry
     match: MatchResult = reg.match(text, ctx.user_id, ctx.tenant)
+    if not match.candidates and reg.visible(ctx.tenant):  # enabled tools but no vectors: Chroma lost them
+        raise RuntimeError(f"no tool vectors in {reg.chroma_dir}; run `tramita tools sync` (or `tramita ingest`)")
     question = is_question(text)
     if match.decision == "none" or match.best is None:
         return Intent(kind="question" if question or len(words(text)) >= 3 else "none", reason="below floor")
     spec = reg.get(match.best, ctx.tenant)
     if question and not carries_value(spec, text, s):
         return Intent(kind="question", reason=f"question form; best tool {match.best} carries no value")
+    if question and reg.policy(spec.name).operation_type == "write" and not is_polite_request(text):
+        # "can Luciana approve EXP-0259?" asks about an action; "pode aprovar a EXP-0290?" asks for one
+        return Intent(kind="question", reason=f"question about {match.best}, not a request addressed to us")
     if match.decision == "denied":
         groups = ", ".join(reg.required_groups(spec)) or "—"
         return Intent(kind="refuse", tool=spec.name, score=match.candidates[0].score,

@@ -25,6 +25,7 @@ class Lexicons(BaseModel):
     reject: dict[str, list[str]]
     cancel: dict[str, list[str]]
     correction: dict[str, list[str]]
+    request: dict[str, list[str]]
     filler: dict[str, list[str]]
 
 
@@ -91,3 +92,10 @@ def has_correction_cue(text: str) -> bool:
     """"na verdade", "make it", … anywhere in the message."""
     f = f" {fold(text)} "
     return any(f" {p} " in f for p in _phrases(lexicons().correction))
+
+
+def is_polite_request(text: str) -> bool:
+    """The message opens with a request addressed to the assistant ("pode aprovar…?")."""
+    f = fold(text)
+    f = " ".join(w for w in f.split() if w not in {"e", "and", "ok", "entao", "so", "hey", "oi", "ola"})
+    return any(f == p or f.startswith(p + " ") for p in _phrases(lexicons().request))

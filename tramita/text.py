@@ -28,14 +28,15 @@ _EN_HINTS = {
 _QUESTION_WORDS = (
     "qual", "quais", "quem", "quando", "quanto", "quantos", "quantas", "como", "onde", "por que",
     "what", "which", "who", "when", "how", "where", "why", "whose", "is there", "are there", "do we", "does",
-    "can i", "can luciana", "according",
+    "can i", "can we", "according",
 )
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # invalid UTF-8 decoded with surrogateescape, or JSON "\ud800"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 
 
 def clean(text: str) -> str:
     """NFKC, control and bidi characters removed, length capped: what every node works on."""
-    text = unicodedata.normalize("NFKC", text)
+    text = unicodedata.normalize("NFKC", _SURROGATE.sub("\ufffd", text))  # not "?": that reads as a question
     text = text.encode("utf-8", "replace").decode("utf-8", "replace")
     text = _CONTROL.sub(" ", text)
     return text[:MAX_MESSAGE_CHARS].strip()

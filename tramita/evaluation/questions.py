@@ -192,6 +192,14 @@ class QuestionResult:
         return asdict(self)
 
 
+def applicable_checks(item: dict[str, Any]) -> list[str]:
+    """The checks an item asks for (an item that could not run fails all of them)."""
+    wanted = [("answer_facts", bool(item.get("answer_facts"))), ("sql_execution", bool(item.get("gold_sql"))),
+              ("cypher_execution", bool(item.get("gold_cypher"))),
+              ("doc_recall_at_5", bool(item.get("gold_doc_ids"))), ("must_refuse", bool(item.get("must_refuse")))]
+    return [name for name, applies in wanted if applies]
+
+
 def _context(contexts: list[dict[str, Any]], backend: str) -> dict[str, Any] | None:
     return next((c for c in contexts if c.get("backend") == backend), None)
 

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as mp_wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,6 +96,7 @@ class QuestionItem(BaseModel):
     notes: str = ""
 
 
+_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 _MODELS: dict[str, type[BaseModel]] = {"conversations": ConversationItem, "questions": QuestionItem}
 _KNOWN_EXPECT = set(_Expect.model_fields)
 
@@ -121,6 +126,9 @@ def read_items(path: Path, kind: Kind, *, ids: Sequence[str] | None = None,
                     and "question" in raw else " (is this a conversations file? use `tramita eval conversations`)"
                     if kind == "questions" and "turns" in raw else "")
             raise EvalSetupError(f"{path}:{n}: field {where}: {first['msg']}{hint}") from exc
+        if not _ID.fullmatch(raw["id"]):
+            raise EvalSetupError(f"{path}:{n}: field id: {raw['id']!r} is not a plain id (letters, digits, '_', '-', '.'), "
+                                 "it names files of the run")
         if raw["id"] in seen:
             raise EvalSetupError(f"{path}:{n}: duplicate id {raw['id']!r} (first on line {seen[raw['id']]})")
         seen[raw["id"]] = n
@@ -242,15 +250,11 @@ def _restored_env(names: Sequence[str]) -> Iterator[None]:
         reset_services()
 
 
-def _init_worker(env: dict[str, str]) -> None:
-    os.environ.update(env)
-
-
 def run_one(kind: Kind, item: dict[str, Any], pristine_db: str, workdir: str, backend: str) -> dict[str, Any]:
     """Run one item (in this process or a worker) and return its JSON record."""
     work = Path(workdir)
-    for leftover in work.glob(f"{item['id']}.*"):
-        leftover.unlink()  # an earlier, interrupted attempt
+    for leftover in item_files(work, item["id"]):
+        leftover.unlink(missing_ok=True)  # an earlier, interrupted attempt
     try:
         if kind == "conversations":
             from tramita.evaluation.conversations import run_item
@@ -263,51 +267,124 @@ def run_one(kind: Kind, item: dict[str, Any], pristine_db: str, workdir: str, ba
     except Exception as exc:  # noqa: BLE001 - the item failed to run; it is retried on resume
         record = crashed_record(kind, item, f"{type(exc).__name__}: {exc}")
     if record.get("ok"):
-        for f in work.glob(f"{item['id']}.*"):
+        for f in item_files(work, item["id"]):
             f.unlink(missing_ok=True)  # keep the databases of failed items only, for inspection
     return record
+
+
+def item_files(work: Path, item_id: str) -> list[Path]:
+    """The files an item's runner writes: its database copy and its checkpoint database."""
+    return [work / f"{item_id}{base}{suffix}" for base in (".db", ".ckpt.db") for suffix in ("", "-wal", "-shm", "-journal")]
 
 
 def crashed_record(kind: Kind, item: dict[str, Any], error: str) -> dict[str, Any]:
     base = {"id": item["id"], "ok": False, "error": error[:500], "crashed": True, "seconds": 0.0}
     if kind == "conversations":
         return {**base, "turns": [], "final_checks": {"no_crash": False}, "unconfirmed_writes": 0}
+    from tramita.evaluation.questions import applicable_checks
+
+    # every check the item asks for counts as failed, so a crash never flatters an accuracy figure
+    checks = {name: False for name in applicable_checks(item)} | {"no_crash": False}
     return {**base, "question": item.get("question", ""), "lang": item.get("lang", ""),
-            "needs": item.get("needs", []), "answer": "", "status": "", "checks": {"no_crash": False},
+            "needs": item.get("needs", []), "answer": "", "status": "", "checks": checks,
             "facts": {}, "plan": {}, "plan_matches_needs": False, "sql": {}, "cypher": {}, "docs": [],
-            "doc_recall": None, "refused": False, "tables_changed": [], "trace": {}}
+            "doc_recall": 0.0 if item.get("gold_doc_ids") else None, "refused": False, "tables_changed": [],
+            "trace": {}}
 
 
 def run_items(kind: Kind, items: list[dict[str, Any]], *, pristine_db: Path, workdir: Path, backend: str,
               jobs: int, env: dict[str, str], on_done: Callable[[dict[str, Any]], None]) -> None:
     """Run `items`, calling `on_done(record)` in this process as each finishes (in finishing
-    order). KeyboardInterrupt propagates after the workers are stopped; finished items are kept."""
+    order). KeyboardInterrupt propagates after the workers are stopped; finished items are kept.
+
+    Items run in `jobs` worker processes; with one job and the scripted model (pure Python,
+    nothing native that can abort) they run in this process instead, which is faster to start.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    if jobs <= 1:
+    if jobs <= 1 and backend == "scripted":
         with _restored_env(["TRAMITA_SQL_URL", *env]):
             os.environ.update(env)
             for item in items:
                 on_done(run_one(kind, item, str(pristine_db), str(workdir), backend))
         return
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_init_worker, initargs=(env,))
-    pending: dict[Future[dict[str, Any]], dict[str, Any]] = {}
+    _run_in_workers(kind, items, (str(pristine_db), str(workdir), backend), jobs, env, on_done)
+
+
+@dataclass
+class _Worker:
+    proc: BaseProcess
+    conn: Connection
+    item: dict[str, Any] | None = None
+
+
+def _worker_main(conn: Connection, env: dict[str, str]) -> None:
+    """A worker: set the environment, then run the items the parent sends until it sends None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    os.environ.update(env)
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        kind, item, pristine_db, workdir, backend = job
+        conn.send(run_one(kind, item, pristine_db, workdir, backend))
+
+
+def _run_in_workers(kind: Kind, items: list[dict[str, Any]], where: tuple[str, str, str], jobs: int,
+                    env: dict[str, str], on_done: Callable[[dict[str, Any]], None]) -> None:
+    """Each worker holds one item at a time. A worker that dies (a native abort in llama.cpp, the
+    OOM killer) fails only the item it held, and a fresh worker takes its place."""
+    ctx = get_context("spawn")
+    queue = list(items)
+    workers: list[_Worker] = []
+
+    def spawn() -> _Worker:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, env), daemon=True)
+        proc.start()
+        child.close()
+        return _Worker(proc, parent)
+
+    def feed(i: int) -> None:
+        """Give worker i the next item (or tell it to stop); a worker found dead is replaced."""
+        w = workers[i]
+        w.item = queue.pop(0) if queue else None
+        try:
+            w.conn.send((kind, w.item, *where) if w.item is not None else None)
+        except OSError:  # it died after its last answer
+            if w.item is not None:
+                queue.insert(0, w.item)
+                w.item = None
+                workers[i] = spawn()
+                feed(i)
+
     try:
-        for item in items:
-            pending[pool.submit(run_one, kind, item, str(pristine_db), str(workdir), backend)] = item
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                item = pending.pop(fut)
+        workers = [spawn() for _ in range(min(jobs, len(queue)))]
+        for i in range(len(workers)):
+            feed(i)
+        while any(w.item is not None for w in workers):
+            busy = [w for w in workers if w.item is not None]
+            ready = mp_wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
+            for i, w in enumerate(list(workers)):
+                if w.item is None or (w.conn not in ready and w.proc.sentinel not in ready):
+                    continue
                 try:
-                    record = fut.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died (e.g. out of memory)
-                    record = crashed_record(kind, item, f"worker failed: {type(exc).__name__}: {exc}")
+                    record = w.conn.recv()
+                except (EOFError, OSError):
+                    w.proc.join(5)
+                    on_done(crashed_record(kind, w.item, f"worker process died (exit code {w.proc.exitcode})"))
+                    w.item = None
+                    w.conn.close()
+                    if queue:
+                        workers[i] = spawn()
+                        feed(i)
+                    continue
                 on_done(record)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+                feed(i)
+    finally:
+        for w in workers:
+            if w.proc.is_alive():
+                w.proc.terminate()  # after Ctrl-C: items in flight are not recorded and run again
+            w.proc.join(5)
 
 
 # ------------------------------------------------------------------------------ statistics

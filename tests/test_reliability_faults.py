@@ -1,0 +1,214 @@
+"""Model faults, backend faults and a PostgreSQL restart, through the whole graph on real stores.
+
+Model faults: every component on a model that times out (the real OpenAI-compatible client against
+a loopback endpoint that never answers), returns invalid JSON, JSON of the wrong schema, an empty
+string, or a router choice naming a tool that does not exist. Each component retries once, then the
+turn answers with a clear message; no tool runs and the database does not change.
+
+Backend faults: Chroma missing or corrupt, LadybugDB missing or held by a writer, the Bolt server
+down, the SQL database read-only or down. Only the answers that need the broken backend degrade,
+with a stated gap; `tramita doctor` names the component and how to fix it.
+
+PostgreSQL restart mid-conversation (a cluster this module starts, so restarting it disturbs no
+other test): the turn during the outage fails with a clear message, the next succeeds, and the
+confirmed write happens exactly once. A read-only business database refuses the write clearly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers_graph import TODAY, db_changes, db_snapshot
+from pgcluster import PgCluster, start_cluster
+
+from tramita.faultmodels import FAULTS
+from tramita.reliability import (
+    BACKEND_FAULTS,
+    FAULT_QUESTIONS,
+    GAP_OF,
+    MODEL_FAULT_TURNS,
+    prepare_stores,
+    restart_mid_conversation,
+    run_backend_fault,
+    run_model_fault,
+)
+
+REASON_TURN, ROUTER_TURN, QUESTION_TURN = MODEL_FAULT_TURNS[4], MODEL_FAULT_TURNS[6], MODEL_FAULT_TURNS[8]
+
+
+def _llm_failed_prefix() -> str:
+    from tramita.replies import say
+
+    return say("llm_failed", "pt", error="").split("(")[0].strip()
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_model_fault(fault: str, novaops: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="tramita")
+    before = db_snapshot(novaops)
+    result = run_model_fault(fault)
+    turns = {t["text"]: t for t in result["turns"]}
+    assert result["survived"], json.dumps(result["turns"], ensure_ascii=False, indent=1)
+    assert all(t["executed"] is None for t in result["turns"])
+    assert all(n <= 2 for t in result["turns"] for n in t["calls"].values())  # bounded: one retry at most
+    for text in ("cancela",):
+        assert all(t["status"] == "idle" and t["transaction"] is None for t in result["turns"] if t["text"] == text)
+    assert turns[MODEL_FAULT_TURNS[0]]["status"] == "awaiting_confirmation"  # zero LLM calls on a clear match
+    assert turns[MODEL_FAULT_TURNS[0]]["calls"] == {}
+    if fault == "unknown_tool":
+        # the router named a tool that does not exist: nothing starts, the user is told it was not understood
+        router = turns[ROUTER_TURN]
+        assert router["calls"] == {"router": 1} and router["status"] == "idle" and router["transaction"] is None
+        assert turns[REASON_TURN]["status"] == "awaiting_confirmation"  # the other components work
+    else:
+        # every component that was asked failed twice, and the turn says so or degrades
+        assert turns[MODEL_FAULT_TURNS[1]]["calls"] == {"confirmation": 2}
+        assert turns[MODEL_FAULT_TURNS[1]]["status"] == "awaiting_confirmation"  # still needs an explicit yes
+        reason = turns[REASON_TURN]
+        assert reason["calls"] == {"transaction_parameter_extraction": 2}
+        assert reason["status"] == "collecting" and reason["transaction"] == "reject_expense"
+        assert _llm_failed_prefix() in reason["answer"]
+        # the router falls back to the best match, which still needs a summary and a yes
+        assert turns[ROUTER_TURN]["calls"] == {"router": 2} and turns[ROUTER_TURN]["status"] == "awaiting_confirmation"
+        q = turns[QUESTION_TURN]
+        assert q["calls"]["planner"] == q["calls"]["text_to_sql"] == q["calls"]["text_to_cypher"] == 2
+        assert any(e.startswith("sql: LLMError") for e in q["errors"]) and "não consegui consultar sql" in q["answer"]
+        if fault in ("timeout", "empty"):  # synthesis is free text: only no text at all is a failure
+            assert q["calls"]["synthesis"] == 2 and _llm_failed_prefix() in q["answer"]
+        assert any("failed twice" in r.getMessage() for r in caplog.records if r.name == "tramita")
+    assert db_changes(novaops, before) == {}
+
+
+@pytest.mark.parametrize("kind", BACKEND_FAULTS)
+def test_backend_fault(kind: str, pristine: Path, tmp_path: Path) -> None:
+    result = run_backend_fault(kind, pristine, tmp_path)
+    assert result["survived"], json.dumps({k: result[k] for k in ("checks", "turns", "doctor")}, ensure_ascii=False,
+                                          indent=1, default=str)
+    turns = {t["text"]: t for t in result["turns"]}
+    gap = GAP_OF[kind]
+    if gap:  # the broken backend's answer says what could not be consulted
+        assert f"não consegui consultar {gap}" in turns[FAULT_QUESTIONS[gap]]["answer"]
+    approve, confirm = turns["aprova a EXP-0264"], turns["sim"]
+    if kind in ("chroma_missing", "chroma_corrupt", "sql_down"):
+        # tool vectors (Chroma) or the registry rows (SQL) are gone: no transaction starts, and the user is told
+        assert approve["status"] == "idle" and "tool registry" in approve["answer"]
+        assert confirm["executed"] is None and result["writes"] == 0
+    elif kind == "sql_readonly":
+        assert result["how"]  # chmod cannot stop root: the report says how the file was made read-only
+        assert approve["status"] == "awaiting_confirmation"
+        assert confirm["executed"] is None and confirm["status"] == "awaiting_confirmation"  # kept for a retry
+        assert "readonly" in confirm["answer"] and result["writes"] == 0
+    else:  # the graph is not needed to approve an expense
+        assert confirm["executed"] == "approve_expense" and result["writes"] == 1
+    if kind == "graph_locked":
+        # measured fact: a process holding LadybugDB's write lock does not block read-only readers
+        assert not turns[FAULT_QUESTIONS["graph"]]["errors"]
+    else:
+        assert result["doctor"] and all(d["fix"] for d in result["doctor"])
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[PgCluster]:
+    """A cluster of our own: stopping the CI's shared server would disturb other tests."""
+    try:
+        cluster = start_cluster()
+    except Exception as exc:  # noqa: BLE001 - the reason is the skip message
+        pytest.skip(f"cannot start a PostgreSQL cluster to restart: {exc}")
+    try:
+        yield cluster
+    finally:
+        try:
+            cluster.stop()
+        except Exception:  # noqa: BLE001 - a failed test may have left it stopped
+            pass
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
+    from tramita.runtime import reset_services
+
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("TRAMITA_CRASH_AT", raising=False)
+    reset_services()
+
+
+@pytest.mark.postgres
+def test_postgres_restart_mid_conversation(own_cluster: PgCluster, pristine: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from graph.builder import compile_graph
+    from tramita.runtime import reset_services
+    from tramita.server import TurnServer, create_app, open_server_checkpointer, serve_in_thread
+
+    stores = prepare_stores(own_cluster.url, pristine, tmp_path, prefix="restart")
+    _env(monkeypatch, {**stores.env(), "TRAMITA_LLM": "scripted", "TRAMITA_TODAY": TODAY,
+                       "TRAMITA_DATA_DIR": str(tmp_path / "data")})
+    try:
+        with open_server_checkpointer(stores.checkpoint_url) as saver:
+            app = create_app(TurnServer(compile_graph(checkpointer=saver), server_id="a", backend="scripted"))
+            with serve_in_thread(app) as url:
+                out = restart_mid_conversation([url], stores.business_url, own_cluster.stop, own_cluster.start)
+    finally:
+        reset_services()
+    assert out["before"]["status"] == "awaiting_confirmation"
+    assert out["during"]["http"] == 503 and "unavailable" in out["during"]["error"], out["during"]
+    assert out["after"]["attempts"] == 1, out["after"]  # the next turn succeeds
+    assert out["after"]["executed"] == "approve_expense" and out["after"]["status"] == "idle"
+    assert out["writes"] == 1 and out["survived"]
+
+
+@pytest.mark.postgres
+def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A business database that turned read-only (a standby, default_transaction_read_only):
+    questions are answered, the confirmed write fails with a clear message and stays pending, doctor
+    says so; once writable again the same confirmation writes exactly once."""
+    import psycopg
+
+    from graph.context import Context
+    from tramita.doctor import checks
+    from tramita.runtime import reset_services
+    from tramita.session import open_session
+    from tramita.settings import Settings
+
+    stores = prepare_stores(own_cluster.url, pristine, tmp_path, prefix="readonly")
+    _env(monkeypatch, {**stores.env(), "TRAMITA_CHECKPOINT_URL": f"sqlite:///{tmp_path / 'ckpt.db'}",
+                       "TRAMITA_TODAY": TODAY, "TRAMITA_DATA_DIR": str(tmp_path / "data")})
+    name = stores.business_url.rsplit("/", 1)[1]
+
+    def read_only(on: bool) -> None:
+        with psycopg.connect(own_cluster.url, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {"on" if on else "off"}')
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+
+    try:
+        with open_session(Context(user_id="E006", today=TODAY, llm_backend="scripted")) as session:
+            assert session.turn("ro", "aprova a EXP-0264").status == "awaiting_confirmation"
+            read_only(True)
+            r = session.turn("ro", "sim")
+            assert r.trace.get("executed_tool") is None and r.status == "awaiting_confirmation"
+            assert "read-only" in r.answer
+            doctor = {n: (ok, fix) for n, ok, _, fix in checks(Settings.from_env())}
+            assert doctor["SQL writes (business tools)"][0] is False and doctor["SQL writes (business tools)"][1]
+            assert doctor["SQL database"][0] is True
+            q = session.turn("ro-q", "quantas despesas estão pendentes?")
+            assert not any(e.startswith("sql:") for e in q.trace.get("errors", [])) and "44" in q.answer
+            read_only(False)
+            r = session.turn("ro", "sim")
+            assert r.trace.get("executed_tool") == "approve_expense"
+    finally:
+        read_only(False)
+        reset_services()
+    with psycopg.connect(stores.business_url) as conn:
+        n = conn.execute("SELECT COUNT(*) FROM audit_log WHERE target_id = 'EXP-0264'").fetchone()
+    assert n is not None and n[0] == 1
