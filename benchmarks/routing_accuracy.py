@@ -107,7 +107,7 @@ def dev_first_turns(registry: Registry, conversations: Path = SAMPLE_DIR / "conv
         m = registry.match(turn["user"], item["user_id"])
         if not expected:
             result.skipped.append(f"{item['id']} {turn['user']!r}: no expected tool (matched {m.best} as "
-                                  f"{m.decision!r}; the safety screen refuses it before matching)")
+                                  f"{m.decision!r}; in the graph, route_turn's safety screen refuses it first)")
             continue
         result.add(f"{item['id']} {turn['user']}", expected, [c.name for c in m.candidates], m.decision, m.best)
     return result

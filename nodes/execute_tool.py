@@ -19,7 +19,7 @@ from tools.business.base import ToolError
 from tools.database import DatabaseUnavailable
 from tramita.faults import crash_point
 from tramita.replies import say
-from tramita.transactions import args_hash, ended, method_of
+from tramita.transactions import advance, args_hash, ended, method_of
 
 
 def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -37,7 +37,17 @@ def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     elif not s.registry.is_permitted(spec, ctx.user_id):
         refusal = say("permission_denied", lang, groups=", ".join(spec.permissions.groups) or "—")
     elif policy.require_confirmation and (tx.get("status") != "awaiting_confirmation" or tx.get("confirmation_hash") != digest):
-        refusal = say("reprompt_confirm", lang, summary=tx.get("summary", ""))
+        # the arguments are not the ones the user confirmed: show a fresh summary of what WOULD be
+        # written and ask again; the old "yes" never carries over
+        tctx = tool_context(ctx, lang, s)
+        tx["args"] = dict(tx.get("args", {}))
+        tx["pending"] = [r for r in spec.required if r not in tx["args"]]
+        stage, errors = advance(spec, tx, tctx, s.registry)
+        notices = [say("refused_value", lang, error=e.message(lang)) for e in errors]
+        return {"transaction": tx, "status": "awaiting_confirmation" if stage == "awaiting_confirmation" else "collecting",
+                "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
+                "turn": trace("execute_tool", route="execute:hash-mismatch", refused=True,
+                              refusal="confirmation does not match the arguments shown")}
     if refusal:
         return {"notices": [refusal], "turn": trace("execute_tool", route="execute:refused", refused=True, refusal=refusal)}
     obj, method = method_of(spec)

@@ -255,9 +255,6 @@ def test_screen_on_dev_questions(item: dict[str, Any]) -> None:
         assert flagged is None, (item["question"], flagged)
 
 
-@pytest.mark.xfail(strict=True, reason="policies/safety.yaml bulk patterns match past participles/nouns "
-                                       "(aprovadas, aprovou, approve … all, cancelamento … todos): read-only "
-                                       "questions are refused. Reported to the lead; remove this mark once fixed.")
 @pytest.mark.parametrize("text", [
     "Qual o total de despesas aprovadas de todos os times?",
     "Quem aprovou todas as despesas da Bianca?",

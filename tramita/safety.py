@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from tools.registry_models import load_model
 from tramita.paths import POLICIES_DIR
-from tramita.text import fold
+from tramita.lexicon import is_polite_request
+from tramita.text import fold, is_question
 
 
 class Category(BaseModel):
@@ -22,6 +23,7 @@ class Category(BaseModel):
     reason_pt: str
     reason_en: str
     patterns: list[str]
+    questions_exempt: bool = False
 
 
 class SafetyFile(BaseModel):
@@ -50,7 +52,10 @@ def _variants(text: str) -> list[str]:
 def screen(text: str) -> tuple[str, str, str] | None:
     """(category, reason_pt, reason_en) for a message that must be refused, else None."""
     variants = _variants(text)
+    asking = is_question(text) and not is_polite_request(text)
     for name, cat, pats in _compiled():
+        if cat.questions_exempt and asking:
+            continue
         for pat in pats:
             if any(pat.search(v) for v in variants):
                 return name, cat.reason_pt, cat.reason_en
