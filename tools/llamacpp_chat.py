@@ -9,7 +9,6 @@ serialises calls on it (llama.cpp contexts are not thread-safe), reports token u
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -22,8 +21,10 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from tools.structured import json_parser
 
 _LOCKS: dict[str, threading.Lock] = {}
 log = logging.getLogger("tramita.llm")
@@ -106,22 +107,7 @@ class ChatLlamaCppShared(BaseChatModel):
         json_schema = schema.model_json_schema() if isinstance(schema, type) else schema
         bound = self.bind(json_schema=json_schema)
 
-        def _parse(msg: AIMessage) -> Any:
-            raw = msg.content if isinstance(msg.content, str) else json.dumps(msg.content)
-            parsed: Any = None
-            error: Exception | None = None
-            try:
-                data = json.loads(raw)
-                parsed = schema.model_validate(data) if isinstance(schema, type) else data
-            except Exception as exc:  # noqa: BLE001 - reported back to the caller for a retry
-                error = exc
-            if include_raw:
-                return {"raw": msg, "parsed": parsed, "parsing_error": error}
-            if error is not None:
-                raise error
-            return parsed
-
-        return bound | RunnableLambda(_parse)
+        return bound | json_parser(schema, include_raw)
 
     def bind_tools(  # type: ignore[override]
         self, tools: Sequence[Any], **kwargs: Any

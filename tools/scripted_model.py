@@ -18,8 +18,10 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict
+
+from tools.structured import json_parser
 
 Responder = Callable[[str], str]
 
@@ -90,21 +92,7 @@ class ScriptedChatModel(BaseChatModel):
     def with_structured_output(  # type: ignore[override]
         self, schema: type[BaseModel] | dict[str, Any], *, include_raw: bool = False, **kwargs: Any
     ) -> Runnable[LanguageModelInput, Any]:
-        def _parse(msg: AIMessage) -> Any:
-            parsed: Any = None
-            error: Exception | None = None
-            try:
-                data = json.loads(str(msg.content))
-                parsed = schema.model_validate(data) if isinstance(schema, type) else data
-            except Exception as exc:  # noqa: BLE001
-                error = exc
-            if include_raw:
-                return {"raw": msg, "parsed": parsed, "parsing_error": error}
-            if error is not None:
-                raise error
-            return parsed
-
-        return self | RunnableLambda(_parse)
+        return self | json_parser(schema, include_raw)
 
     def bind_tools(  # type: ignore[override]
         self, tools: Sequence[Any], **kwargs: Any
