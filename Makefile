@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned to the CPU build, so nothing pulls a multi-GB CUDA build
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e '.[dev]'
+	$(BIN)/pip install -e '.[dev,peers]'
 	touch $@
 
 install: $(BIN)/.installed

@@ -751,20 +751,22 @@ def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, backend: str
     pristine = out / "pristine.db"
     copy_sqlite(source, pristine)
     env = {"TRAMITA_GRAPH_URL": settings.graph_url, "TRAMITA_CHROMA_DIR": settings.chroma_dir, "TRAMITA_TODAY": TODAY}
+    results: dict[str, Any] = {}
+    summary = {"started_at": datetime.now().isoformat(timespec="seconds"), "backend": backend, "limit": limit,
+               "deviations": DEVIATIONS, "kinds": results}
     with _restore_env(*env):
         os.environ.update(env)
         models = peer_models(backend)
-        results = {}
         for kind in kinds:
             started = time.perf_counter()
             results[kind] = peer_summary(kind, select_items(kind, limit), pristine_db=pristine, workdir=out / kind,
                                          backend=backend, models=models, on_progress=say)
             results[kind]["seconds"] = round(time.perf_counter() - started, 1)
             say(f"{kind}: done in {results[kind]['seconds']} s")
-    summary = {"started_at": datetime.now().isoformat(timespec="seconds"), "backend": backend, "limit": limit,
-               "deviations": DEVIATIONS, "kinds": results}
-    (out / "peers.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    (out / "peers.md").write_text(render_comparison(summary), encoding="utf-8")
+            # written after every kind: a long run stopped half-way keeps what it measured
+            (out / "peers.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str),
+                                            encoding="utf-8")
+            (out / "peers.md").write_text(render_comparison(summary), encoding="utf-8")
     return summary
 
 
