@@ -26,6 +26,7 @@ from tqdm import tqdm
 from tools.cypher_guard import cypher_literal
 from tools.graph_tool import (
     LADYBUG_BUFFER_POOL,
+    LADYBUG_MAX_DB_SIZE,
     GraphSchema,
     bolt_driver,
     close_ladybug,
@@ -166,7 +167,8 @@ def _load_ladybug(path: Path, items: list[_Item], reset: bool, progress: bool) -
     expected = {item.name: len(item.rows) for item in items}
     if path.exists() and not reset:
         try:
-            db = ladybug.Database(str(path), read_only=True, buffer_pool_size=LADYBUG_BUFFER_POOL)
+            db = ladybug.Database(str(path), read_only=True, buffer_pool_size=LADYBUG_BUFFER_POOL,
+                                  max_db_size=LADYBUG_MAX_DB_SIZE)
             conn = ladybug.Connection(db)
             current = _ladybug_counts(conn, items)
             conn.close()
@@ -184,7 +186,8 @@ def _load_ladybug(path: Path, items: list[_Item], reset: bool, progress: bool) -
     _remove_db_files(side)
     built = False
     try:
-        with ladybug.Database(str(side), buffer_pool_size=LADYBUG_BUFFER_POOL) as db, \
+        with ladybug.Database(str(side), buffer_pool_size=LADYBUG_BUFFER_POOL,
+                              max_db_size=LADYBUG_MAX_DB_SIZE) as db, \
                 ladybug.Connection(db) as conn:
             for item in items:
                 conn.execute(_ladybug_ddl(item))

@@ -40,6 +40,10 @@ Backend = Literal["ladybug", "bolt"]
 BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
 CONNECTION_ACQUISITION_TIMEOUT_S = 3.0
 LADYBUG_BUFFER_POOL = 256 * 1024 * 1024  # the default takes ~80% of RAM; the graph is tiny
+# Each Database reserves max_db_size of *virtual* address space up front; the default (8 TB) lets
+# only ~15 databases exist in one process before mmap fails and the process segfaults (seen in the
+# test suite). 16 GB is far above any graph tramita serves.
+LADYBUG_MAX_DB_SIZE = 1 << 34
 
 
 class GraphUnavailable(RuntimeError):
@@ -109,7 +113,8 @@ def _ladybug_database(path: Path) -> ladybug.Database:
         if cached is not None and cached[1] == inode:
             return cached[0]
         try:
-            db = ladybug.Database(str(key), read_only=True, buffer_pool_size=LADYBUG_BUFFER_POOL)
+            db = ladybug.Database(str(key), read_only=True, buffer_pool_size=LADYBUG_BUFFER_POOL,
+                                  max_db_size=LADYBUG_MAX_DB_SIZE)
         except RuntimeError as exc:
             raise GraphUnavailable(f"cannot open LadybugDB graph at {key}: {exc}") from exc
         # the previous handle is only dropped: connections still running on it keep it alive,

@@ -298,7 +298,7 @@ def build_kuzu_graph(kuzu_dir: Path, sample_dir: Path = SAMPLE_DIR) -> Path:
     path.unlink(missing_ok=True)
     Path(str(path) + ".wal").unlink(missing_ok=True)
     _, plan = _plan(sample_dir)
-    db = kuzu.Database(str(path))
+    db = kuzu.Database(str(path), max_db_size=1 << 34)  # default reserves 8 TB of address space
     conn = kuzu.Connection(db)
     for it in plan:
         conn.execute(_ladybug_ddl(it))
@@ -359,7 +359,7 @@ def run_kuzu_peer(items: list[dict[str, Any]], kuzu_dir: Path, llm: BaseChatMode
 
     path = build_kuzu_graph(kuzu_dir)
     _, plan = _plan(SAMPLE_DIR)
-    db = kuzu.Database(str(path))
+    db = kuzu.Database(str(path), max_db_size=1 << 34)  # default reserves 8 TB of address space
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         graph = KuzuGraph(db, allow_dangerous_requests=True)
