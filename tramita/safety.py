@@ -13,8 +13,8 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict
 
 from tools.registry_models import load_model
-from tramita.paths import POLICIES_DIR
 from tramita.lexicon import is_polite_request
+from tramita.paths import POLICIES_DIR
 from tramita.text import fold, is_question
 
 
