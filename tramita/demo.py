@@ -60,6 +60,11 @@ def run_demo(console: Console, user: str = "E006") -> int:
     copy_sqlite(tmp, demo_db)
     settings = dataclasses.replace(base, sql_url=f"sqlite:///{demo_db}",
                                    checkpoint_url=f"sqlite:///{demo_dir / 'checkpoints.db'}")
+    # the catalog lives in the SQL database too: sync it into the copy (vectors already in Chroma)
+    from tools.database import writer_engine
+    from tools.registry import Registry
+
+    Registry(writer_engine(settings.sql_url), chroma_dir=settings.chroma_dir).sync()
     import os
 
     os.environ["TRAMITA_SQL_URL"] = settings.sql_url  # the graph's services read the environment
