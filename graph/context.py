@@ -54,8 +54,9 @@ class Context:
         metadata={"description": "How many document passages retrieval passes to synthesis."},
     )
     backend_timeout_seconds: float = field(
-        default=60.0,
-        metadata={"description": "Per-backend time limit during parallel retrieval; a backend past it leaves a stated gap."},
+        default=180.0,
+        metadata={"description": "Per-backend time limit during parallel retrieval; a backend past it leaves a stated gap. "
+                                 "SQL and Cypher generation share one local model, so the second waits for the first."},
     )
 
     def __post_init__(self) -> None:

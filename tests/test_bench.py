@@ -23,13 +23,13 @@ from tramita.evaluation.conversations import load_items
 from tramita.evaluation.peers import (
     parse_tool_calls,
     peer_summary,
+    run_kuzu_peer,
     run_react_peer,
     run_sql_chain_peer,
 )
 from tramita.paths import SAMPLE_DIR
 
-QUESTIONS_FILE = SAMPLE_DIR / "questions.dev.jsonl"
-QUESTIONS = {i["id"]: i for i in load_items(QUESTIONS_FILE)}
+QUESTIONS = {i["id"]: i for i in load_items(SAMPLE_DIR / "questions.dev.jsonl")}
 CONVERSATIONS = {i["id"]: i for i in load_items(SAMPLE_DIR / "conversations.dev.jsonl")}
 
 
@@ -93,33 +93,19 @@ def test_sql_chain_peer_scores_answers_and_writes(pristine: Path, tmp_path: Path
 
 
 def test_kuzu_peer_runs_on_the_same_graph(tmp_path: Path) -> None:
-    """Runs in a fresh interpreter: kuzu and ladybug (a Kùzu fork) both register a pybind11 type
-    named "Database", so they cannot be imported into one process (the rest of the suite loads
-    ladybug)."""
+    """kuzu and ladybug (a Kùzu fork) both register a pybind11 type named "Database", so they cannot
+    be imported into one process (the rest of the suite loads ladybug): `isolate=True` runs the
+    chain in a spawned process, the path `tramita bench peers` takes. kuzu is never imported here."""
     import importlib.util
 
-    if importlib.util.find_spec("kuzu") is None:  # never import kuzu here: it breaks ladybug in this process
+    if importlib.util.find_spec("kuzu") is None:
         pytest.skip("the peers extra (pip install '.[peers]') brings kuzu")
-    import json
-    import subprocess
-    import sys
-
-    code = f"""
-import json, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-from pathlib import Path
-from tramita.evaluation.peers import run_kuzu_peer
-from tools.scripted_model import ScriptedChatModel
-items = [json.loads(l) for l in open({str(QUESTIONS_FILE)!r}, encoding="utf-8")]
-by = {{i["id"]: i for i in items}}
-item, bad = by["q-dev-014"], by["q-dev-018"]
-model = ScriptedChatModel(script=[item["gold_cypher"], "Caio Martins is the primary.", "MATCH (n:Nope) RETURN n", "I don't know."])
-print(json.dumps(run_kuzu_peer([item, bad], Path({str(tmp_path / "kuzu")!r}), model), default=str))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    recs = json.loads(out.stdout.strip().splitlines()[-1])
+    item, bad = QUESTIONS["q-dev-014"], QUESTIONS["q-dev-018"]
+    model = ScriptedChatModel(script=[item["gold_cypher"], "Caio Martins is the primary.",
+                                      "MATCH (n:Nope) RETURN n", "I don't know."])
+    recs = run_kuzu_peer([item, bad], tmp_path / "kuzu", model, isolate=True)
     assert recs[0]["ok"] and recs[0]["exec_correct"] and recs[0]["query_ran"] and recs[0]["wrote"] == []
+    assert recs[0]["llm_calls"] == 2
     assert not recs[1]["ok"] and not recs[1]["query_ran"] and recs[1]["error"]
 
 

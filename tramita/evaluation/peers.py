@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -341,10 +342,29 @@ def _kuzu_counts(conn: Any, plan: list[Any]) -> dict[str, int]:
 
 
 def run_kuzu_peer(items: list[dict[str, Any]], kuzu_dir: Path, llm: BaseChatModel, *,
-                  graph_url: str | None = None) -> list[dict[str, Any]]:
+                  isolate: bool | None = None) -> list[dict[str, Any]]:
     """LangChain's `KuzuQAChain.from_llm(llm=llm, graph=KuzuGraph(db), allow_dangerous_requests=True)`
     on the NovaOps graph loaded into Kùzu (built fresh under `kuzu_dir`). Cypher execution accuracy
-    compares the chain's Cypher, re-run on Kùzu, with the gold query on the same Kùzu graph."""
+    compares the chain's Cypher, re-run on Kùzu, with the gold query on the same Kùzu graph.
+
+    Kùzu and LadybugDB (its fork) cannot live in one process: both register the same pybind11
+    types ("type 'Database' is already registered"). So once tramita's graph tool has imported
+    ladybug (or with `isolate=True`), the chain runs in a spawned process, which loads its own copy
+    of the model."""
+    if isolate is None:
+        isolate = "ladybug" in sys.modules
+    if not isolate:
+        return _run_kuzu_peer(items, kuzu_dir, llm)
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result: list[dict[str, Any]] = pool.apply(_run_kuzu_peer, (items, kuzu_dir, llm))
+    return result
+
+
+def _run_kuzu_peer(items: list[dict[str, Any]], kuzu_dir: Path, llm: BaseChatModel) -> list[dict[str, Any]]:
+    if "ladybug" in sys.modules:
+        raise RuntimeError("Kùzu cannot be loaded in a process that has loaded LadybugDB; use isolate=True")
     import kuzu
 
     from ingest.graph_loader import _plan
