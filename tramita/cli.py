@@ -241,7 +241,6 @@ def _setup_logging() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
-    log.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:
