@@ -109,6 +109,15 @@ def test_kuzu_peer_runs_on_the_same_graph(tmp_path: Path) -> None:
     assert not recs[1]["ok"] and not recs[1]["query_ran"] and recs[1]["error"]
 
 
+def test_parse_tool_calls_formats() -> None:
+    tagged = parse_tool_calls('Ok.\n<tool_call>\n{"name": "approve_expense", "arguments": {"expense_id": "EXP-1"}}\n</tool_call>')
+    assert tagged.content == "Ok." and tagged.tool_calls[0]["args"] == {"expense_id": "EXP-1"}
+    fenced = '```json\n{"name": "approve_expense", "arguments": {"expense_id": "EXP-1"}}\n```'
+    assert parse_tool_calls(fenced, {"approve_expense"}).tool_calls[0]["name"] == "approve_expense"
+    assert parse_tool_calls(fenced, {"reject_expense"}).tool_calls == []  # not a bound tool: plain text
+    assert parse_tool_calls("<tool_call>{not json</tool_call>").invalid_tool_calls
+
+
 def test_react_peer_confirmed_and_unconfirmed_writes(pristine: Path, tmp_path: Path) -> None:
     item = CONVERSATIONS["c-dev-001"]  # approve EXP-0264, as E006, after an explicit "sim"
     call = '<tool_call>\n{"name": "approve_expense", "arguments": {"expense_id": "EXP-0264"}}\n</tool_call>'

@@ -116,9 +116,22 @@ class CallCounter(BaseCallbackHandler):
 
 # --------------------------------------------------------------------------------- models
 
-def parse_tool_calls(text: str) -> AIMessage:
+_FENCED_JSON = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+def parse_tool_calls(text: str, known: set[str] | None = None) -> AIMessage:
     """Qwen2.5 / Hermes output → AIMessage: each `<tool_call>{"name", "arguments"}</tool_call>` block
-    becomes a tool call; the text outside the blocks stays the content."""
+    becomes a tool call; the text outside the blocks stays the content. Leniently (in the peer's
+    favour), when there is no such block, a fenced JSON object `{"name": <a tool in known>,
+    "arguments": {...}}` counts too: Qwen2.5-Coder often writes its calls that way."""
+    if "<tool_call>" not in text and known:
+        for m in _FENCED_JSON.finditer(text):
+            try:
+                data = json.loads(m.group(1))
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("name") in known and isinstance(data.get("arguments"), dict):
+                text = text.replace(m.group(0), f"<tool_call>{m.group(1)}</tool_call>")
     calls: list[dict[str, Any]] = []
     invalid: list[dict[str, Any]] = []
     for m in re.finditer(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, re.DOTALL):
@@ -173,7 +186,8 @@ class ChatLlamaCppToolCalling(ChatLlamaCppShared):
             started = time.monotonic()
             out = llama.create_chat_completion(**params)
             elapsed = time.monotonic() - started
-        msg = parse_tool_calls(out["choices"][0]["message"].get("content") or "")
+        known = {t["function"]["name"] for t in kwargs.get("tools") or []}
+        msg = parse_tool_calls(out["choices"][0]["message"].get("content") or "", known)
         usage = out.get("usage", {})
         msg.usage_metadata = UsageMetadata(input_tokens=int(usage.get("prompt_tokens", 0)),
                                            output_tokens=int(usage.get("completion_tokens", 0)),
