@@ -103,24 +103,11 @@ def load_average() -> list[float] | None:
         return None
 
 
-@contextlib.contextmanager
-def scoped_env(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for a block and restore them, resetting the process-wide services
-    on both sides so that no engine of the previous setting survives."""
-    from tramita.runtime import reset_services
+def scoped_env(values: dict[str, str]) -> contextlib.AbstractContextManager[None]:
+    """Set environment variables for a block (see tramita.runtime.scoped_environment)."""
+    from tramita.runtime import scoped_environment
 
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    reset_services()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_services()
+    return scoped_environment(values)
 
 
 def sqlite_source(settings: Settings) -> Path:

@@ -37,7 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -457,27 +457,11 @@ def restart_mid_conversation(urls: list[str], business_url: str, stop: Callable[
 
 
 # ----------------------------------------------------------------------------- faults and hostile input
-@contextmanager
-def environment(values: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, with None, remove) environment variables and the process-wide services; restore after."""
-    from tramita.runtime import reset_services
+def environment(values: Mapping[str, str | None]) -> AbstractContextManager[None]:
+    """Set (or, with None, remove) environment variables; see tramita.runtime.scoped_environment."""
+    from tramita.runtime import scoped_environment
 
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    reset_services()
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_services()
+    return scoped_environment(values)
 
 
 def data_env(data_dir: Path, workdir: Path) -> dict[str, str | None]:

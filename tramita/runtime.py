@@ -7,7 +7,10 @@ is down only fails the turns that need it.
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -100,3 +103,25 @@ def reset_services() -> None:
     """Forget cached resources (tests that switch data directories)."""
     with _lock:
         _services.clear()
+
+
+@contextmanager
+def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, with None, remove) environment variables for a block and restore them, resetting the
+    process-wide services on both sides so no engine of the previous setting survives."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    reset_services()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_services()
