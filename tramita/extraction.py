@@ -188,8 +188,12 @@ def grounded(value: Any, schema: dict[str, Any], message: str) -> bool:
     if value is None:
         return False
     kind = kind_of(schema)
-    if kind in ("text", "enum", "date", "quarter"):
+    if kind in ("text", "date", "quarter"):
         return True
+    if kind == "enum":
+        # synonyms ("Uber" → transport) are found deterministically; from the LLM only an enum value
+        # the user actually wrote counts, so a priority is never assumed ("P3" from "erro 500")
+        return re.search(rf"(?<![\w-]){re.escape(str(value))}(?![\w-])", message, re.IGNORECASE) is not None
     if kind == "number":
         digits = re.sub(r"\D", "", str(value).split(".")[0])
         return bool(digits) and digits in re.sub(r"\D", "", message)
