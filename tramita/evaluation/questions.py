@@ -26,6 +26,7 @@ import re
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -217,45 +218,41 @@ def retrieved_docs(contexts: list[dict[str, Any]], k: int = DOCS_K) -> list[str]
 def _score_sql(item: dict[str, Any], contexts: list[dict[str, Any]], db: Path, sql_url: str) -> dict[str, Any]:
     from tools.sql_tool import SQLTool
 
-    ctx = _context(contexts, "sql")
-    out: dict[str, Any] = {"gold": item["gold_sql"], "ours": ctx.get("query") if ctx else None,
-                           "ordered": sql_is_ordered(item["gold_sql"])}
-    gold = sqlite_rows(db, item["gold_sql"])
-    out["gold_rows"] = len(gold)
-    if not ctx or not ctx.get("query") or ctx.get("error"):
-        out["error"] = "tramita did not use SQL" if not ctx else (ctx.get("error") or "no query")
-        out["correct"] = False
-        return out
-    try:
-        ours = sqlite_rows(db, SQLTool(sql_url).validate(ctx["query"]))
-    except Exception as exc:  # noqa: BLE001 - a query that fails on re-execution is a wrong one
-        out.update(error=f"{type(exc).__name__}: {exc}"[:300], correct=False)
-        return out
-    out["our_rows"] = len(ours)
-    out["correct"] = results_match(gold, ours, ordered=out["ordered"])
-    return out
+    return _score_execution(item["gold_sql"], _context(contexts, "sql"), sql_is_ordered(item["gold_sql"]),
+                            gold_rows=lambda q: sqlite_rows(db, q),
+                            our_rows=lambda q: sqlite_rows(db, SQLTool(sql_url).validate(q)),
+                            missing="tramita did not use SQL")
 
 
 def _score_cypher(item: dict[str, Any], contexts: list[dict[str, Any]], graph_url: str) -> dict[str, Any]:
     from tools.graph_tool import GraphTool
 
     tool = GraphTool(graph_url, row_cap=1000)
-    ctx = _context(contexts, "graph")
-    out: dict[str, Any] = {"gold": item["gold_cypher"], "ours": ctx.get("query") if ctx else None,
-                           "ordered": cypher_is_ordered(item["gold_cypher"])}
-    gold = [tuple(r.values()) for r in tool.query(item["gold_cypher"])]
+    return _score_execution(item["gold_cypher"], _context(contexts, "graph"), cypher_is_ordered(item["gold_cypher"]),
+                            gold_rows=lambda q: [tuple(r.values()) for r in tool.query(q)],
+                            our_rows=lambda q: [tuple(r.values()) for r in GraphTool(graph_url).query(q)],
+                            missing="tramita did not use the graph")
+
+
+def _score_execution(gold_query: str, ctx: dict[str, Any] | None, ordered: bool, *,
+                     gold_rows: Callable[[str], list[Any]], our_rows: Callable[[str], list[Any]],
+                     missing: str) -> dict[str, Any]:
+    """Execution accuracy, shared by SQL and Cypher: run the gold query and ours on the same store
+    and compare the result sets (see `results_match`)."""
+    out: dict[str, Any] = {"gold": gold_query, "ours": ctx.get("query") if ctx else None, "ordered": ordered}
+    gold = gold_rows(gold_query)
     out["gold_rows"] = len(gold)
     if not ctx or not ctx.get("query") or ctx.get("error"):
-        out["error"] = "tramita did not use the graph" if not ctx else (ctx.get("error") or "no query")
+        out["error"] = missing if not ctx else (ctx.get("error") or "no query")
         out["correct"] = False
         return out
     try:
-        ours = [tuple(r.values()) for r in GraphTool(graph_url).query(ctx["query"])]
+        ours = our_rows(ctx["query"])
     except Exception as exc:  # noqa: BLE001 - a query that fails on re-execution is a wrong one
         out.update(error=f"{type(exc).__name__}: {exc}"[:300], correct=False)
         return out
     out["our_rows"] = len(ours)
-    out["correct"] = results_match(gold, ours, ordered=out["ordered"])
+    out["correct"] = results_match(gold, ours, ordered=ordered)
     return out
 
 
