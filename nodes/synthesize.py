@@ -14,6 +14,7 @@ from tools.llm import LLMError, Usage, text_call
 from tramita.replies import say
 
 LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
+SOURCE_NAMES = {"sql": "SQL", "graph": "graph", "docs": "docs"}
 
 
 def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -25,6 +26,13 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     block = render_contexts(contexts)
     if not block.strip():
         return {"answer": say("no_answer", lang), "notices": gaps, "turn": trace("synthesize", route="answer:empty")}
+    answered = [c for c in contexts if not c.get("error")]
+    if not any(c.get("rows") or c.get("items") for c in answered):
+        # Only empty result sets: the 1.5B model, given nothing, writes a sentence around a blank
+        # ("o orçamento é de [SQL]"). Saying plainly that nothing matched is the honest answer.
+        sources = ", ".join(SOURCE_NAMES.get(c["backend"], c["backend"]) for c in answered)
+        return {"answer": say("no_rows", lang, sources=sources), "notices": gaps,
+                "turn": trace("synthesize", route="answer:no-rows")}
     try:
         answer = text_call("synthesis", "synthesize", backend=ctx.llm_backend, usage=usage,
                            language=LANGUAGE.get(lang, "Portuguese (Brazil)"), context=block, question=user_text(state))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tramita.cli import main
+from tramita.evaluation.facts import fact_in
 from tramita.evaluation.questions import cell_matches, cypher_is_ordered, results_match, sql_is_ordered
 from tramita.evaluation.runner import Checkpoint, EvalSetupError, read_items
 from tramita.paths import SAMPLE_DIR
@@ -177,6 +178,15 @@ def test_numbers_compare_numerically() -> None:
     assert not cell_matches(6, 6.4)  # an integer gold must match exactly
     assert cell_matches(2424.47, 2424.4700000000003)
     assert not cell_matches("E003", "e003")
+
+
+def test_answer_facts_accept_the_rounded_form() -> None:
+    """README: answers are normalised; a fact written with one decimal is the rounded figure."""
+    assert fact_in("17.3", "The average is 17.27 minutes.")
+    assert not fact_in("17.3", "The average is 17.4 minutes.")
+    assert fact_in("2424.47", "US$ 2.424,47") and not fact_in("2424.47", "2424.5")
+    assert fact_in("470000", "470.000,00 dólares") and fact_in("470000", "470 mil")
+    assert not fact_in("44", "43.99")
 
 
 def test_null_only_equals_null() -> None:

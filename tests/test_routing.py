@@ -303,3 +303,24 @@ def test_clean_normalises_and_caps() -> None:
 def test_fold_and_words() -> None:
     assert fold("Não, DEIXA pra lá!") == "nao deixa pra la"
     assert words("Orçamento  do time?") == ["orcamento", "do", "time"]
+
+
+def test_synthesize_says_plainly_that_empty_results_hold_no_answer() -> None:
+    """Only empty result sets: a fixed reply naming the queried sources, no LLM call (the 1.5B
+    model otherwise writes a sentence around a blank). Rows or passages go to the model."""
+    from types import SimpleNamespace
+
+    from langchain_core.messages import HumanMessage
+
+    from graph.context import Context
+    from nodes.synthesize import synthesize
+
+    runtime: Any = SimpleNamespace(context=Context(llm_backend="no-such-backend"))
+    empty: State = {"messages": [HumanMessage("orçamento do time X?")], "lang": "pt",
+                    "contexts": [{"backend": "sql", "query": "SELECT 1 WHERE 0", "rows": [], "error": None},
+                                 {"backend": "graph", "query": "", "rows": [], "error": "graph down"}]}
+    out = synthesize(empty, runtime)
+    assert out["answer"].startswith("A consulta (SQL) não encontrou nenhum registro"), out["answer"]
+    assert out["turn"]["route"] == "answer:no-rows" and "graph down" in out["notices"][0]
+    with_rows: State = {**empty, "contexts": [{"backend": "sql", "query": "SELECT 2", "rows": [{"n": 2}], "error": None}]}
+    assert synthesize(with_rows, runtime)["turn"]["route"] != "answer:no-rows"  # the (unknown) model is asked

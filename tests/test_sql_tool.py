@@ -20,8 +20,9 @@ from pgcluster import PgCluster, free_port
 
 from ingest.sql_loader import ensure_readonly_role, load_sql
 from tools.database import DatabaseUnavailable
-from tools.sql_schema import dataset_tables, load_synonyms
+from tools.sql_schema import dataset_tables, link_schema, load_synonyms
 from tools.sql_tool import SQLExecutionError, SQLTool, UnsafeSQLError
+from tools.sql_values import ValueIndex
 from tramita.paths import SAMPLE_DIR
 
 TABLES = dataset_tables()
@@ -513,6 +514,44 @@ def test_link_schema(question: str, must: set[str], must_not: set[str]) -> None:
     tables = set(SQLTool("sqlite:///unused.db").link_schema(question))
     assert must <= tables
     assert not (must_not & tables)
+
+
+def test_link_schema_leaves_out_weak_tables() -> None:
+    """'approved' alone scores budgets a little; against a strong expenses match it is dropped."""
+    tool = SQLTool("sqlite:///unused.db")
+    q = "What is the total of approved expenses for people on the Payments team with expense dates in Q1 2026?"
+    assert "budgets" in set(link_schema(q, relative=0.0))
+    assert set(tool.link_schema(q)) == {"expenses", "employees", "teams"}
+
+
+def test_join_hints_spell_out_foreign_keys() -> None:
+    tool = SQLTool("sqlite:///unused.db")
+    hints = tool.join_hints(["teams", "employees", "expenses"])
+    assert "expenses.employee_id = employees.employee_id" in hints
+    assert "employees.team_id = teams.team_id" in hints
+    assert not any("budgets" in h for h in hints)
+    assert tool.join_hints(["tickets"]) == []
+
+
+def test_value_hints_name_the_column_that_stores_a_literal(sqlite_db: str) -> None:
+    """Real database values: 'Plataforma' is teams.name (Portuguese), 'Payments' teams.name_en."""
+    tool = SQLTool(sqlite_db)
+    assert "teams.name = 'Plataforma'" in tool.value_hints("orçamento do time de plataforma", ["teams", "budgets"])
+    assert tool.value_hints("expenses of the Payments team", ["teams"]) == ["teams.name_en = 'Payments'"]
+    assert "employees.full_name = 'Larissa Teixeira'" in tool.value_hints("gestor da Larissa Teixeira?", ["employees"])
+    assert tool.value_hints("gestor da Larissa Teixeira?", ["teams"]) == []  # only the linked tables
+    assert tool.value_hints("quantas despesas pendentes?", ["expenses"]) == []  # enums are in the summary
+
+
+def test_value_index_prefers_the_longest_value() -> None:
+    index = ValueIndex({("teams", "name"): ["Dados", "Plataforma de Dados"], ("t", "c"): ["ab"]})
+    assert [h.value for h in index.match("o time Plataforma de Dados")] == ["Plataforma de Dados"]
+    assert [h.value for h in index.match("o time de dados")] == ["Dados"]
+    assert index.match("ab") == []  # shorter than MIN_VALUE_CHARS
+
+
+def test_value_hints_survive_a_missing_database(tmp_path: Path) -> None:
+    assert SQLTool(f"sqlite:///{tmp_path / 'absent.db'}").value_hints("time de Plataforma") == []
 
 
 def test_link_schema_graph_only_word_adds_nothing() -> None:

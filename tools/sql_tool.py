@@ -38,6 +38,7 @@ from sqlglot.tokens import Token, TokenType
 
 from tools.database import DatabaseUnavailable, sqlite_path
 from tools.sql_schema import dataset_tables, load_schema
+from tools.sql_schema import join_hints as _join_hints
 from tools.sql_schema import link_schema as _link_schema
 from tools.sql_schema import schema_summary as _summary
 from tramita.paths import SAMPLE_DIR
@@ -433,6 +434,18 @@ class SQLTool:
     def link_schema(self, question: str, k: int = 6) -> list[str]:
         """Tables relevant to the question plus the join tables between them."""
         return _link_schema(question, k, schema=load_schema(self.schema_path))
+
+    def join_hints(self, tables: list[str]) -> list[str]:
+        """`a.x = b.y` for the foreign keys between `tables` (see tools.sql_schema.join_hints)."""
+        return _join_hints(tables, schema=load_schema(self.schema_path))
+
+    def value_hints(self, question: str, tables: list[str] | None = None) -> list[str]:
+        """`table.column = 'value'` for the stored values the question names (tools.sql_values),
+        read through this tool's own validated, read-only queries."""
+        from tools.sql_values import value_index
+
+        index = value_index(self.url, self.query, load_schema(self.schema_path))
+        return [hit.render() for hit in index.match(question, tables)]
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -33,10 +33,11 @@ class SQLRun:
 def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None, usage: Usage) -> SQLRun:
     tables = tool.link_schema(question)
     schema = tool.schema_summary(max_chars=3000, tables=tables or None)
+    hints = _hints(tool, question, tables)
     dialect = "PostgreSQL" if tool.dialect == "postgres" else "SQLite"
     run = SQLRun()
     out = structured_call("text_to_sql", SQLAnswer, "text_to_sql", backend=backend, usage=usage, dialect=dialect,
-                          today=today, schema_text=schema, question=question)
+                          today=today, schema_text=schema, hints=hints, question=question)
     sql = out.sql
     for attempt in range(MAX_REPAIRS + 1):
         run.attempts = attempt + 1
@@ -55,7 +56,20 @@ def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None,
         if attempt == MAX_REPAIRS:
             break
         fixed = structured_call("text_to_sql", SQLAnswer, "text_to_sql", backend=backend, usage=usage, dialect=dialect,
-                                today=today, schema_text=schema,
+                                today=today, schema_text=schema, hints=hints,
                                 question=f"{question}\n(Previous query failed: {sql}\nError: {run.error})")
         sql = fixed.sql
     return run
+
+
+def _hints(tool: SQLTool, question: str, tables: list[str]) -> str:
+    """The join conditions between the linked tables and the stored values the question names:
+    the two mistakes the small model makes most (FACTS.md) are wrong joins and wrong columns."""
+    lines = []
+    joins = tool.join_hints(tables)
+    if joins:
+        lines.append("Joins: " + "; ".join(joins))
+    values = tool.value_hints(question, tables)
+    if values:
+        lines.append("Values named in the question: " + "; ".join(values))
+    return "\n".join(lines)

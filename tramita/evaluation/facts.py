@@ -1,7 +1,9 @@
 """Answer-fact matching as sample/novaops/README.md describes it.
 
 Numbers are compared as numbers whatever their format ("450.000", "450,000", "450000.00",
-"450 mil" all equal 450000); names and other strings case-insensitively and without accents.
+"450 mil" all equal 450000), and a fact written with fewer decimals is the rounded form of the
+answer's number (fact "17.3" accepts 17.27); names and other strings case-insensitively and
+without accents.
 """
 
 from __future__ import annotations
@@ -61,10 +63,19 @@ def is_number(fact: str) -> bool:
     return re.fullmatch(r"-?\d+(?:\.\d+)?", fact.strip()) is not None
 
 
+def _precision(fact: Decimal) -> Decimal:
+    """How far an answer's number may be from a numeric fact: half a unit of the fact's last
+    decimal ("17.3" is the rounded form of 17.27, so 17.25..17.35 count), and never less than
+    half a cent, so that "470000" accepts "470,000.00"."""
+    exponent = fact.as_tuple().exponent
+    decimals = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    return max(Decimal("0.005"), Decimal(5) / Decimal(10) ** (decimals + 1)) if decimals else Decimal("0.005")
+
+
 def fact_in(fact: str, text: str) -> bool:
     if is_number(fact):
         target = Decimal(fact)
-        return any(abs(n - target) < Decimal("0.005") for n in numbers_in(text))
+        return any(abs(n - target) <= _precision(target) for n in numbers_in(text))
     return fold(fact) in fold(text)
 
 
