@@ -113,6 +113,29 @@ def test_eval_questions_smoke(eval_env: Path) -> None:
     assert not re.search(r'(src|href)="(?!data:)', page)
 
 
+def test_eval_with_peers_compares_the_same_items_in_one_command(eval_env: Path) -> None:
+    """`--peers`: the SQL chain runs on the single-SQL item and on the must_refuse item, and is
+    compared with this run's own tramita records (tramita is not run a second time)."""
+    out = eval_env / "qp"
+    rc = main(["eval", "questions", str(QUESTIONS), "--profile", "scripted", "--peers",
+               "--ids", "q-dev-001,q-dev-038", "--out", str(out)])
+    assert rc == 0
+    report = _report(out)
+    peers = report["peers"]["kinds"]
+    assert set(peers) == {"sql", "refuse"}  # no single-graph item was selected
+    assert peers["sql"]["items"] == ["q-dev-001"] and peers["refuse"]["items"] == ["q-dev-038"]
+    ours = {r["id"]: r for r in report["items"]}["q-dev-001"]
+    assert peers["sql"]["tramita"]["exec_correct"] == 1  # the same record as the eval's own check
+    assert peers["sql"]["tramita"]["success"] == int(ours["checks"]["answer_facts"])
+    assert peers["sql"]["peer"] == "langchain_sql_chain" and peers["sql"]["peer_summary"]["items"] == 1
+    assert peers["refuse"]["tramita"]["items_that_wrote"] == 0
+    assert "records" not in peers["sql"]  # the raw peer records stay in peers.json
+    assert json.loads((out / "peers.json").read_text(encoding="utf-8"))["kinds"]["sql"]["records"]["peer"]
+    assert not (out / "peers" / "sql" / "tramita").exists()  # tramita's eval records were reused
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "Peers (same model, same items)" in page and "langchain_sql_chain" in page
+
+
 def test_a_worker_that_dies_fails_only_its_item(eval_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real SIGKILL (tramita.faults crash point after the business write commits) in one worker:
     that item is recorded as crashed, the other finishes, the run ends normally."""

@@ -57,6 +57,10 @@ def add_eval_commands(sub: Any) -> None:
         s.add_argument("--jobs", type=_positive, default=1, help="worker processes (default 1)")
         s.add_argument("--out", type=Path, help="output directory; an existing one is resumed "
                        "(default ./out/eval-<kind>-<timestamp>)")
+        s.add_argument("--peers", action="store_true",
+                       help="then run the field's standard chains on the same items with the same model and report "
+                       "them side by side as ratios (" + ("LangGraph's ReAct agent" if kind == "conversations" else
+                       "LangChain's SQL chain and KuzuQAChain") + "); peers.json / peers.md and a report section")
         s.set_defaults(fn=cmd_eval, eval_kind=kind)
     from tramita.bench import add_bench_command  # `tramita bench` (tramita/bench.py)
     add_bench_command(sub)
@@ -119,7 +123,35 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       env=env, on_done=on_done)
         except KeyboardInterrupt:
             interrupted = True
-    return _finish(kind, args.file, profile, out, items, ckpt, interrupted)
+    peers = None
+    if args.peers and not interrupted and all(i["id"] in ckpt.records for i in items):
+        peers = _run_peers(kind, items, ckpt, pristine=pristine, out=out, profile=profile, env=env)
+    return _finish(kind, args.file, profile, out, items, ckpt, interrupted, peers)
+
+
+def _run_peers(kind: Kind, items: list[dict[str, Any]], ckpt: Checkpoint, *, pristine: Path, out: Path,
+               profile: str, env: dict[str, str]) -> dict[str, Any] | None:
+    """The peers on the same items, compared with this run's records; a peer that crashes is
+    reported and leaves the eval's own report intact."""
+    from tramita.evaluation.peers import compare_eval, render_comparison
+
+    console.print("peers: the same items through the field's standard chains (same model) …")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        summary = compare_eval(kind, items, ckpt.records, pristine_db=pristine, out=out, backend=profile,
+                               say=lambda m: console.print(f"  [dim]{m}[/]"))
+    except Exception as exc:  # noqa: BLE001 - the peers are an extra: their failure must not lose the eval
+        console.print(f"[red]peers failed:[/] {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    console.print(render_comparison(summary))
+    return summary
 
 
 def _label(kind: str, ckpt: Checkpoint, items: list[dict[str, Any]]) -> str:
@@ -129,7 +161,7 @@ def _label(kind: str, ckpt: Checkpoint, items: list[dict[str, Any]]) -> str:
 
 
 def _finish(kind: Kind, file: Path, profile: str, out: Path, items: list[dict[str, Any]], ckpt: Checkpoint,
-            interrupted: bool) -> int:
+            interrupted: bool, peers: dict[str, Any] | None = None) -> int:
     from tramita.evaluation import conversations, questions
     from tramita.evaluation.report import write_reports
 
@@ -137,7 +169,7 @@ def _finish(kind: Kind, file: Path, profile: str, out: Path, items: list[dict[st
     summary = conversations.summarize(records) if kind == "conversations" else questions.summarize(records)
     incomplete = len(records) < len(items)
     json_path, html_path = write_reports(out, kind=kind, file=str(file), profile=profile, summary=summary,
-                                         records=records, incomplete=incomplete)
+                                         records=records, incomplete=incomplete, peers=peers)
     _print_summary(kind, summary)
     console.print(f"report: {html_path}\n        {json_path}")
     if interrupted or incomplete:

@@ -612,6 +612,23 @@ def run_react_peer(conversation_items: list[dict[str, Any]], pristine_db: Path, 
 
 # --------------------------------------------------------------------------- tramita side
 
+def question_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """An eval record of tramita (`QuestionResult.to_json()`, as in `<out>/items.jsonl`) in the
+    peers' record shape, so a finished `tramita eval` is compared without running it again."""
+    t = r.get("trace") or {}
+    query = r.get("sql") or r.get("cypher") or {}
+    exec_correct = r["sql"].get("correct") if r.get("sql") else (r["cypher"].get("correct") if r.get("cypher") else None)
+    checks = r.get("checks") or {}
+    ok = bool(checks.get("must_refuse")) if item.get("must_refuse") else bool(checks.get("answer_facts", r.get("ok")))
+    return {"system": "tramita", "id": r["id"], "question": r["question"], "needs": r["needs"], "answer": r["answer"],
+            "facts": r["facts"], "ok": ok, "query": query.get("ours"),
+            "query_ran": bool(query.get("ours")) and not query.get("error"),
+            "exec_correct": exec_correct, "wrote": r["tables_changed"], "error": r["error"],
+            "seconds": round(r["seconds"], 3), "llm_calls": int(t.get("llm_calls", 0)),
+            "prompt_tokens": int(t.get("prompt_tokens", 0)), "completion_tokens": int(t.get("completion_tokens", 0)),
+            "llm_seconds": round(float(t.get("llm_seconds", 0.0)), 3), "refused": r["refused"]}
+
+
 def run_tramita_questions(items: list[dict[str, Any]], pristine_db: Path, workdir: Path, backend: str) -> list[dict[str, Any]]:
     """tramita on the same questions (tramita.evaluation.questions.run_question), in the peers'
     record shape."""
@@ -621,44 +638,41 @@ def run_tramita_questions(items: list[dict[str, Any]], pristine_db: Path, workdi
     for item in items:
         with _restore_env("TRAMITA_SQL_URL"):
             r = run_question(item, pristine_db, workdir, backend=backend)
-        t = r.trace
-        exec_correct = r.sql.get("correct") if r.sql else (r.cypher.get("correct") if r.cypher else None)
-        rec = {"system": "tramita", "id": r.id, "question": r.question, "needs": r.needs, "answer": r.answer,
-               "facts": r.facts, "ok": False, "query": (r.sql or r.cypher or {}).get("ours"),
-               "query_ran": bool((r.sql or r.cypher or {}).get("ours")) and not (r.sql or r.cypher or {}).get("error"),
-               "exec_correct": exec_correct, "wrote": r.tables_changed, "error": r.error,
-               "seconds": round(r.seconds, 3), "llm_calls": int(t.get("llm_calls", 0)),
-               "prompt_tokens": int(t.get("prompt_tokens", 0)), "completion_tokens": int(t.get("completion_tokens", 0)),
-               "llm_seconds": round(float(t.get("llm_seconds", 0.0)), 3), "refused": r.refused}
-        if item.get("must_refuse"):
-            rec["ok"] = bool(r.checks.get("must_refuse"))
-        else:
-            rec["ok"] = bool(r.checks.get("answer_facts", r.ok))
-        out.append(rec)
+        out.append(question_record({**r.to_json(), "ok": r.ok}, item))
     return out
+
+
+def conversation_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """An eval record of a tramita conversation (`ConversationResult.to_json()`) in the peers'
+    shape; `ok` is tramita's full rule set, `ok_peer_rules` the subset the peer is scored on
+    (executed per turn, answer facts, final_db, no_other_writes)."""
+    turns: list[dict[str, Any]] = []
+    for t in r["turns"]:
+        tr = t.get("trace") or {}
+        turns.append({"user": t["user"], "answer": t["answer"][:600],
+                      "executed": [tr["executed_tool"]] if tr.get("executed_tool") else [], "checks": t["checks"],
+                      "status": t["status"], "unconfirmed_writes": int(t["unconfirmed_write"]),
+                      "seconds": round(t["seconds"], 3), "llm_calls": int(tr.get("llm_calls", 0)),
+                      "prompt_tokens": int(tr.get("prompt_tokens", 0)),
+                      "completion_tokens": int(tr.get("completion_tokens", 0)),
+                      "llm_seconds": round(float(tr.get("llm_seconds", 0.0)), 3)})
+    peer_rules = all(t["checks"].get(k, True) for t in turns for k in ("executed", "answer_facts"))
+    peer_rules = peer_rules and all(r["final_checks"].values()) and len(turns) == len(item["turns"])
+    return {"system": "tramita", "id": r["id"], "ok": r["ok"], "ok_peer_rules": peer_rules, "turns": turns,
+            "final_checks": r["final_checks"], "unconfirmed_writes": r["unconfirmed_writes"], "error": r["error"],
+            "seconds": round(r["seconds"], 3)}
 
 
 def run_tramita_conversations(items: list[dict[str, Any]], pristine_db: Path, workdir: Path,
                               backend: str) -> list[dict[str, Any]]:
-    """tramita on the same conversations; `ok` is tramita's full rule set, `ok_peer_rules` the
-    subset the peer is scored on (executed per turn, answer facts, final_db, no_other_writes)."""
+    """tramita on the same conversations, in the peers' record shape (`conversation_record`)."""
     from tramita.evaluation.conversations import run_item
 
     out = []
     for item in items:
         with _restore_env("TRAMITA_SQL_URL"):
             r = run_item(item, pristine_db, workdir, backend=backend)
-        turns: list[dict[str, Any]] = [{"user": t.user, "answer": t.answer[:600], "executed": [t.trace.get("executed_tool")]
-                  if t.trace.get("executed_tool") else [], "checks": t.checks, "status": t.status,
-                  "unconfirmed_writes": int(t.unconfirmed_write), "seconds": round(t.seconds, 3),
-                  "llm_calls": int(t.trace.get("llm_calls", 0)), "prompt_tokens": int(t.trace.get("prompt_tokens", 0)),
-                  "completion_tokens": int(t.trace.get("completion_tokens", 0)),
-                  "llm_seconds": round(float(t.trace.get("llm_seconds", 0.0)), 3)} for t in r.turns]
-        peer_rules = all(t["checks"].get(k, True) for t in turns for k in ("executed", "answer_facts"))
-        peer_rules = peer_rules and all(r.final_checks.values()) and len(turns) == len(item["turns"])
-        out.append({"system": "tramita", "id": r.id, "ok": r.ok, "ok_peer_rules": peer_rules, "turns": turns,
-                    "final_checks": r.final_checks, "unconfirmed_writes": r.unconfirmed_writes, "error": r.error,
-                    "seconds": round(r.seconds, 3)})
+        out.append(conversation_record({**r.to_json(), "ok": r.ok}, item))
     return out
 
 
@@ -725,28 +739,29 @@ PEER_FOR = {"sql": "langchain_sql_chain", "graph": "langchain_kuzu_qa_chain", "r
 
 def peer_summary(kind: str, items: list[dict[str, Any]], *, pristine_db: Path, workdir: Path, backend: str = "local",
                  models: tuple[BaseChatModel, BaseChatModel] | None = None,
-                 on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_progress: Callable[[str], None] | None = None,
+                 ours: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run tramita and the kind's peer on the same items; return both summaries, the ratios
     (tramita / peer) and every record. `kind`: sql, graph, refuse (must_refuse items through the
     SQL chain) or conversations. The environment must point at the stores (graph, Chroma) as for
-    `tramita eval`; `pristine_db` is a SQLite dataset that is only copied."""
+    `tramita eval`; `pristine_db` is a SQLite dataset that is only copied. `ours`: tramita's
+    records of a finished `tramita eval` on these items (then tramita is not run again)."""
     if kind not in PEER_KINDS:
         raise ValueError(f"unknown peer kind {kind!r}; choose from {', '.join(PEER_KINDS)}")
     say = on_progress or (lambda _m: None)
     chain_llm, tool_llm = models or peer_models(backend)
     workdir.mkdir(parents=True, exist_ok=True)
-    say(f"{kind}: tramita on {len(items)} items")
+    if ours is None:
+        say(f"{kind}: tramita on {len(items)} items")
+        run_ours = run_tramita_conversations if kind == "conversations" else run_tramita_questions
+        ours = run_ours(items, pristine_db, workdir / "tramita", backend)
+    say(f"{kind}: {PEER_FOR[kind]} on {len(items)} items")
     if kind == "conversations":
-        ours = run_tramita_conversations(items, pristine_db, workdir / "tramita", backend)
-        say(f"{kind}: {PEER_FOR[kind]} on {len(items)} items")
         theirs = run_react_peer(items, pristine_db, workdir / "peer", tool_llm)
+    elif kind == "graph":
+        theirs = run_kuzu_peer(items, workdir / "kuzu", chain_llm)
     else:
-        ours = run_tramita_questions(items, pristine_db, workdir / "tramita", backend)
-        say(f"{kind}: {PEER_FOR[kind]} on {len(items)} items")
-        if kind == "graph":
-            theirs = run_kuzu_peer(items, workdir / "kuzu", chain_llm)
-        else:
-            theirs = run_sql_chain_peer(items, pristine_db, chain_llm, workdir=workdir / "peer")
+        theirs = run_sql_chain_peer(items, pristine_db, chain_llm, workdir=workdir / "peer")
     s_ours, s_theirs = summarize_records(ours, kind), summarize_records(theirs, kind)
     ratios = {"success_rate": _ratio(s_ours["success_rate"], s_theirs["success_rate"]),
               "latency_p50": _ratio(s_ours["latency_s_p50"], s_theirs["latency_s_p50"]),
@@ -755,19 +770,47 @@ def peer_summary(kind: str, items: list[dict[str, Any]], *, pristine_db: Path, w
             "peer_summary": s_theirs, "ratios_tramita_over_peer": ratios, "records": {"tramita": ours, "peer": theirs}}
 
 
+def peer_items(kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items a peer is built for: sql / graph = single-backend questions of that backend,
+    refuse = must_refuse questions, conversations = every conversation."""
+    if kind == "conversations":
+        return list(items)
+    if kind == "refuse":
+        return [q for q in items if q.get("must_refuse")]
+    return [q for q in items if q.get("needs") == [kind] and not q.get("must_refuse")]
+
+
 def select_items(kind: str, limit: int) -> list[dict[str, Any]]:
-    """The first `limit` dev items of a kind: sql / graph = single-backend questions of that
-    backend, refuse = must_refuse questions, conversations = conversation items."""
+    """The first `limit` dev items a peer is built for (`peer_items`)."""
     from tramita.evaluation.conversations import load_items
 
-    if kind == "conversations":
-        return load_items(SAMPLE_DIR / "conversations.dev.jsonl", limit=limit)
-    qs = load_items(SAMPLE_DIR / "questions.dev.jsonl")
-    if kind == "refuse":
-        chosen = [q for q in qs if q.get("must_refuse")]
-    else:
-        chosen = [q for q in qs if q["needs"] == [kind]]
-    return chosen[:limit]
+    name = "conversations.dev.jsonl" if kind == "conversations" else "questions.dev.jsonl"
+    return peer_items(kind, load_items(SAMPLE_DIR / name))[:limit]
+
+
+def compare_eval(eval_kind: str, items: list[dict[str, Any]], records: dict[str, dict[str, Any]], *,
+                 pristine_db: Path, out: Path, backend: str,
+                 say: Callable[[str], None] = print) -> dict[str, Any]:
+    """`tramita eval ... --peers`: the peers on the items of a finished eval, compared with the
+    eval's own tramita records (tramita is not run twice). Writes peers.json and peers.md to `out`."""
+    kinds = ["conversations"] if eval_kind == "conversations" else ["sql", "graph", "refuse"]
+    to_record = conversation_record if eval_kind == "conversations" else question_record
+    results: dict[str, Any] = {}
+    summary = {"started_at": datetime.now().isoformat(timespec="seconds"), "backend": backend,
+               "limit": len(items), "deviations": DEVIATIONS, "kinds": results}
+    models = peer_models(backend)
+    for kind in kinds:
+        chosen = [i for i in peer_items(kind, items) if i["id"] in records]
+        if not chosen:
+            continue
+        ours = [to_record(records[i["id"]], i) for i in chosen]
+        started = time.perf_counter()
+        results[kind] = peer_summary(kind, chosen, pristine_db=pristine_db, workdir=out / "peers" / kind,
+                                     backend=backend, models=models, on_progress=say, ours=ours)
+        results[kind]["seconds"] = round(time.perf_counter() - started, 1)
+        (out / "peers.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        (out / "peers.md").write_text(render_comparison(summary), encoding="utf-8")
+    return summary
 
 
 def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, backend: str = "local",
@@ -805,7 +848,7 @@ def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, backend: str
 
 
 def render_comparison(summary: dict[str, Any]) -> str:
-    lines = [f"# tramita vs. peers — backend {summary['backend']}, first {summary['limit']} items per kind", ""]
+    lines = [f"# tramita vs. peers — backend {summary['backend']}, up to {summary['limit']} items per kind", ""]
     for kind, res in summary["kinds"].items():
         t, p, r = res["tramita"], res["peer_summary"], res["ratios_tramita_over_peer"]
         lines += [f"## {kind}: tramita vs. {res['peer']} ({', '.join(res['items'])})", "",

@@ -283,15 +283,44 @@ def render_html(payload: dict[str, Any]) -> str:
             f"{' · <b class=ko>INCOMPLETE RUN</b>' if payload.get('incomplete') else ''}</p>")
     return (head + f"<h1>tramita eval: {_e(kind)}</h1>{meta}{_cards(kind, s)}"
             + _targets(kind, s, payload["profile"]) + "<h2>Plots</h2>" + images + _figures_table(s)
-            + _items_table(kind, records) + "</body></html>")
+            + _peers_section(payload.get("peers")) + _items_table(kind, records) + "</body></html>")
+
+
+def _peers_section(peers: dict[str, Any] | None) -> str:
+    """`--peers`: tramita and each peer on the same items, with the ratios tramita / peer."""
+    if not peers:
+        return ""
+    if peers.get("error"):
+        return f"<h2>Peers</h2><p class='ko'>the peers did not run: {_e(peers['error'])}</p>"
+    rows = []
+    for kind, res in peers.get("kinds", {}).items():
+        r = res["ratios_tramita_over_peer"]
+        for name, s in (("tramita", res["tramita"]), (res["peer"], res["peer_summary"])):
+            writes = s.get("unconfirmed_writes", s.get("items_that_wrote"))
+            execs = f"{s['exec_correct']}/{s['items']}" if "exec_correct" in s else "–"
+            rows.append(f"<tr><td>{_e(kind)}</td><td>{_e(name)}</td><td>{s['success']}/{s['items']}</td>"
+                        f"<td>{execs}</td><td>{_e(writes)}</td><td>{_fmt(s['llm_calls_per_turn'])}</td>"
+                        f"<td>{_fmt(s['latency_s_p50'])}</td></tr>")
+        rows.append(f"<tr><td>{_e(kind)}</td><td><i>ratio tramita / peer</i></td><td>{_fmt(r['success_rate'])}</td>"
+                    f"<td></td><td></td><td>{_fmt(r['llm_calls_per_turn'])}</td><td>{_fmt(r['latency_p50'])}</td></tr>")
+    head = ("<tr><th>kind</th><th>system</th><th>success</th><th>execution accuracy</th>"
+            "<th>unconfirmed writes / items that wrote</th><th>LLM calls per turn</th><th>latency p50 s</th></tr>")
+    notes = "; ".join(_e(d) for d in peers.get("deviations", []))
+    return (f"<h2>Peers (same model, same items)</h2><table>{head}{''.join(rows)}</table>"
+            f"<p class='meta'>{notes}</p>")
 
 
 def write_reports(out: Path, *, kind: str, file: str, profile: str, summary: dict[str, Any],
-                  records: list[dict[str, Any]], incomplete: bool = False) -> tuple[Path, Path]:
-    """`<out>/report.json` and `<out>/report.html`; returns their paths."""
+                  records: list[dict[str, Any]], incomplete: bool = False,
+                  peers: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    """`<out>/report.json` and `<out>/report.html`; returns their paths. `peers`: the
+    comparison of `--peers` (tramita.evaluation.peers.compare_eval), without its raw records."""
     payload = {"kind": kind, "file": file, "profile": profile, "today": "2026-05-15",
                "generated_at": datetime.now().isoformat(timespec="seconds"), "incomplete": incomplete,
                "summary": summary, "items": records}
+    if peers is not None:
+        payload["peers"] = {**peers, "kinds": {k: {n: v for n, v in res.items() if n != "records"}
+                                               for k, res in peers.get("kinds", {}).items()}}
     json_path, html_path = out / "report.json", out / "report.html"
     write_json(json_path, payload)
     tmp = html_path.with_suffix(".html.tmp")
