@@ -383,7 +383,7 @@ def link_schema(question: str, k: int = 6, schema: Schema | None = None,
 
     A table scoring under `relative` × the best score is left out: a stray word ("approved",
     "quarter") otherwise pulls in a table that the 1.5B model then joins by mistake. On the dev
-    questions this drops 18 of 28 extra tables and loses no gold table (benchmarks/README.md)."""
+    questions this drops 17 of 27 extra tables and loses no gold table (benchmarks/schema_linking.py)."""
     schema = schema or load_schema()
     synonyms = synonyms or load_synonyms()
     scores = _table_scores(question, schema, synonyms)
