@@ -134,22 +134,16 @@ def _run_peers(kind: Kind, items: list[dict[str, Any]], ckpt: Checkpoint, *, pri
     """The peers on the same items, compared with this run's records; a peer that crashes is
     reported and leaves the eval's own report intact."""
     from tramita.evaluation.peers import compare_eval, render_comparison
+    from tramita.runtime import scoped_environment
 
     console.print("peers: the same items through the field's standard chains (same model) …")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        summary = compare_eval(kind, items, ckpt.records, pristine_db=pristine, out=out, backend=profile,
-                               say=lambda m: console.print(f"  [dim]{m}[/]"))
+        with scoped_environment(dict(env)):
+            summary = compare_eval(kind, items, ckpt.records, pristine_db=pristine, out=out, backend=profile,
+                                   say=lambda m: console.print(f"  [dim]{m}[/]"))
     except Exception as exc:  # noqa: BLE001 - the peers are an extra: their failure must not lose the eval
         console.print(f"[red]peers failed:[/] {type(exc).__name__}: {exc}")
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     console.print(render_comparison(summary))
     return summary
 
