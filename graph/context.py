@@ -51,7 +51,8 @@ class Context:
     )
     docs_top_k: int = field(
         default=5,
-        metadata={"description": "How many document passages retrieval passes to synthesis."},
+        metadata={"description": "How many distinct documents retrieval passes to synthesis (each with its best "
+                                 "passage, plus the best passages overall)."},
     )
     backend_timeout_seconds: float = field(
         default=180.0,

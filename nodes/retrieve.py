@@ -21,9 +21,23 @@ from tools.llm import Usage
 _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="retrieve")
 
 
+TOP_PASSAGES = 3
+
+
 def _docs(question: str, ctx: Context, usage: Usage) -> dict[str, Any]:
-    hits = svc().doc_store.retrieve(question, ctx.docs_top_k)
-    return {"backend": "docs", "items": [{"source": d, "text": p, "score": round(float(s), 4)} for d, p, s in hits]}
+    """The top `docs_top_k` distinct documents (each by its best passage) plus the best
+    TOP_PASSAGES passages overall, by score. Five passages alone are often two documents
+    (a long postmortem fills the list), which hides the right document from synthesis and makes
+    document recall@5 lower than what the store can find."""
+    store = svc().doc_store
+    best = store.retrieve(question, TOP_PASSAGES) + store.retrieve_docs(question, ctx.docs_top_k)
+    seen: set[tuple[str, str]] = set()
+    items = []
+    for d, p, s in sorted(best, key=lambda h: -h[2]):
+        if (d, p) not in seen:
+            seen.add((d, p))
+            items.append({"source": d, "text": p, "score": round(float(s), 4)})
+    return {"backend": "docs", "items": items}
 
 
 def _sql(question: str, ctx: Context, usage: Usage) -> dict[str, Any]:
@@ -79,7 +93,7 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     return {"contexts": contexts, "turn": trace("retrieve", errors=errors, **extra, **total.trace())}
 
 
-def render_contexts(contexts: list[dict[str, Any]], max_chars: int = 3500) -> str:
+def render_contexts(contexts: list[dict[str, Any]], max_chars: int = 4500) -> str:
     """Context block for synthesis: each fact labelled with its citation tag."""
     parts: list[str] = []
     for c in contexts:
