@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from tools.graph_tool import GraphTool
 from tools.llm import Usage, structured_call
+from tramita.prompts import render
 
 MAX_REPAIRS = 2
 
@@ -52,5 +53,5 @@ def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | 
             run.error = f"{type(exc).__name__}: {exc}"[:400]
             if isinstance(exc, GraphUnavailable):
                 return run
-        q = f"{question}\n(Previous query failed: {out.cypher}\nError: {run.error})"
+        q = f"{question}\n{render('repair', query=out.cypher, error=run.error)}"
     return run

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from tools.llm import Usage, structured_call
 from tools.sql_tool import SQLTool
+from tramita.prompts import render
 
 MAX_REPAIRS = 2
 
@@ -57,7 +58,7 @@ def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None,
             break
         fixed = structured_call("text_to_sql", SQLAnswer, "text_to_sql", backend=backend, usage=usage, dialect=dialect,
                                 today=today, schema_text=schema, hints=hints,
-                                question=f"{question}\n(Previous query failed: {sql}\nError: {run.error})")
+                                question=f"{question}\n{render('repair', query=sql, error=run.error)}")
         sql = fixed.sql
     return run
 
