@@ -65,6 +65,16 @@ def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
     first = _lines(out / "items.jsonl")
     assert [r["id"] for r in first] == ["c-dev-001", "c-dev-014"]
 
+    # `--peers` compares these very records with the ReAct agent: the peers' shape keeps the facts
+    from tramita.evaluation.peers import conversation_record, summarize_records
+
+    items = {i["id"]: i for i in read_items(CONVERSATIONS, "conversations")}
+    shaped = [conversation_record(r, items[r["id"]]) for r in first]
+    assert [len(r["turns"]) for r in shaped] == [len(items[r["id"]]["turns"]) for r in first]
+    assert sum(t["executed"] != [] for r in shaped for t in r["turns"]) == 2  # the two confirmed writes
+    summary = summarize_records(shaped, "conversations")
+    assert summary["success"] == 2 and summary["unconfirmed_writes"] == 0
+
     # resume with a wider selection: the two finished items are not run again
     rc = main(["--profile", "scripted", "eval", "conversations", str(CONVERSATIONS),
                "--ids", "c-dev-001,c-dev-014,c-dev-002", "--out", str(out)])
