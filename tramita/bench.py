@@ -45,6 +45,7 @@ from rich.console import Console
 from tqdm import tqdm
 
 from tramita.paths import ROOT, SAMPLE_DIR, data_dir
+from tramita.runtime import scoped_environment
 from tramita.settings import Settings
 
 console = Console(highlight=False, stderr=True)
@@ -103,13 +104,6 @@ def load_average() -> list[float] | None:
         return None
 
 
-def scoped_env(values: dict[str, str]) -> contextlib.AbstractContextManager[None]:
-    """Set environment variables for a block (see tramita.runtime.scoped_environment)."""
-    from tramita.runtime import scoped_environment
-
-    return scoped_environment(values)
-
-
 def sqlite_source(settings: Settings) -> Path:
     """The data directory's SQLite dataset, or a clear error saying what to run."""
     from ingest.sql_loader import sqlite_path
@@ -136,7 +130,7 @@ def fresh_copy(settings: Settings, workdir: Path, name: str) -> Iterator[Setting
     env = {"TRAMITA_SQL_URL": f"sqlite:///{db}", "TRAMITA_CHECKPOINT_URL": f"sqlite:///{ckpt}",
            "TRAMITA_GRAPH_URL": settings.graph_url, "TRAMITA_CHROMA_DIR": settings.chroma_dir,
            "TRAMITA_TODAY": TODAY}
-    with scoped_env(env):
+    with scoped_environment(env):
         yield dataclasses.replace(settings, sql_url=env["TRAMITA_SQL_URL"], checkpoint_url=env["TRAMITA_CHECKPOINT_URL"])
 
 

@@ -37,10 +37,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tramita.runtime import scoped_environment
 
 WRITE_TOOLS = frozenset({"create_ticket", "submit_expense", "approve_expense", "reject_expense", "reassign_ticket",
                          "escalate_incident", "request_budget_change"})
@@ -457,13 +459,6 @@ def restart_mid_conversation(urls: list[str], business_url: str, stop: Callable[
 
 
 # ----------------------------------------------------------------------------- faults and hostile input
-def environment(values: Mapping[str, str | None]) -> AbstractContextManager[None]:
-    """Set (or, with None, remove) environment variables; see tramita.runtime.scoped_environment."""
-    from tramita.runtime import scoped_environment
-
-    return scoped_environment(values)
-
-
 def data_env(data_dir: Path, workdir: Path) -> dict[str, str | None]:
     """A private SQLite copy of the ingested data in `workdir`; graph and documents shared read-only."""
     from ingest.sql_loader import copy_sqlite
@@ -589,20 +584,20 @@ def backend_fault(kind: str, data_dir: Path, workdir: Path) -> Iterator[dict[str
             assert holder.stdout is not None
             if holder.stdout.readline().strip() != "LOCKED":
                 raise RuntimeError("the lock-holding process did not open the graph")
-            with environment(env):
+            with scoped_environment(env):
                 yield env
         finally:
             holder.kill()
             holder.wait()
         return
     elif kind == "sql_readonly":
-        with environment(env), read_only_file(workdir / "sql" / "novaops.db") as how:
+        with scoped_environment(env), read_only_file(workdir / "sql" / "novaops.db") as how:
             env["how"] = how
             yield env
         return
     elif kind not in BACKEND_FAULTS:
         raise ValueError(f"unknown backend fault {kind!r}; choose one of {', '.join(BACKEND_FAULTS)}")
-    with environment(env):
+    with scoped_environment(env):
         yield env
 
 
@@ -669,7 +664,7 @@ def run_hostile(data_dir: Path, workdir: Path) -> dict[str, Any]:
     override_model("compromised", compromised_model())
     sessions: dict[tuple[str, str], Any] = {}
     try:
-        with environment(env), ExitStack() as stack, capture_logs() as logs:
+        with scoped_environment(env), ExitStack() as stack, capture_logs() as logs:
             def turn(user: str, backend: str, thread: str, text: str) -> Any:
                 if (user, backend) not in sessions:
                     ctx = Context(user_id=user, today=TODAY, llm_backend=backend)
@@ -749,7 +744,7 @@ def run_report(args: argparse.Namespace) -> dict[str, Any]:
             from tramita.faultmodels import FAULTS
 
             faults = []
-            with environment(data_env(data_dir, work / "model-faults")):
+            with scoped_environment(data_env(data_dir, work / "model-faults")):
                 faults += [run_model_fault(f) for f in FAULTS]
             faults += [run_backend_fault(k, data_dir, work / f"backend-{k}") for k in BACKEND_FAULTS]
             if report.get("restart"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -105,23 +105,32 @@ def reset_services() -> None:
         _services.clear()
 
 
-@contextmanager
-def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, with None, remove) environment variables for a block and restore them, resetting the
-    process-wide services on both sides so no engine of the previous setting survives."""
-    old = {k: os.environ.get(k) for k in values}
+def _set_environment(values: Mapping[str, str | None]) -> None:
     for k, v in values.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    reset_services()
+
+
+@contextmanager
+def restored_environment(names: Iterable[str]) -> Iterator[None]:
+    """Put these environment variables back after a block that may change them (an eval item
+    sets TRAMITA_SQL_URL for its copy), then reset the process-wide services so no engine built
+    for the block's setting survives it."""
+    saved = {n: os.environ.get(n) for n in names}
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_environment(saved)
         reset_services()
+
+
+@contextmanager
+def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, with None, remove) environment variables for a block and restore them, resetting the
+    process-wide services on both sides so no engine of the previous setting survives."""
+    with restored_environment(values):
+        _set_environment(values)
+        reset_services()
+        yield

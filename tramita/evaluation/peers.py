@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import statistics
@@ -54,6 +53,7 @@ from tools.llamacpp_chat import _LOCKS, ChatLlamaCppShared, shared_llama
 from tramita.evaluation.dbdiff import diff, rows_equal, snapshot
 from tramita.evaluation.facts import facts_found
 from tramita.paths import SAMPLE_DIR
+from tramita.runtime import restored_environment, scoped_environment
 
 PEER_KINDS = ("sql", "graph", "conversations", "refuse")
 PEER_N_CTX = 8192
@@ -636,7 +636,7 @@ def run_tramita_questions(items: list[dict[str, Any]], pristine_db: Path, workdi
 
     out = []
     for item in items:
-        with _restore_env("TRAMITA_SQL_URL"):
+        with restored_environment(["TRAMITA_SQL_URL"]):
             r = run_question(item, pristine_db, workdir, backend=backend)
         out.append(question_record({**r.to_json(), "ok": r.ok}, item))
     return out
@@ -670,31 +670,10 @@ def run_tramita_conversations(items: list[dict[str, Any]], pristine_db: Path, wo
 
     out = []
     for item in items:
-        with _restore_env("TRAMITA_SQL_URL"):
+        with restored_environment(["TRAMITA_SQL_URL"]):
             r = run_item(item, pristine_db, workdir, backend=backend)
         out.append(conversation_record({**r.to_json(), "ok": r.ok}, item))
     return out
-
-
-class _restore_env:
-    """Put environment variables back after code that sets them for the rest of the process."""
-
-    def __init__(self, *names: str) -> None:
-        self.names = names
-        self.old: dict[str, str | None] = {}
-
-    def __enter__(self) -> None:
-        self.old = {n: os.environ.get(n) for n in self.names}
-
-    def __exit__(self, *exc: object) -> None:
-        from tramita.runtime import reset_services
-
-        for n, v in self.old.items():
-            if v is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = v
-        reset_services()
 
 
 # -------------------------------------------------------------------------------- summary
@@ -831,8 +810,7 @@ def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, backend: str
     results: dict[str, Any] = {}
     summary = {"started_at": datetime.now().isoformat(timespec="seconds"), "backend": backend, "limit": limit,
                "deviations": DEVIATIONS, "kinds": results}
-    with _restore_env(*env):
-        os.environ.update(env)
+    with scoped_environment(env):
         models = peer_models(backend)
         for kind in kinds:
             started = time.perf_counter()

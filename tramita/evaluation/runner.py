@@ -19,8 +19,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -32,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from tramita.runtime import restored_environment
 from tramita.settings import Settings
 
 Kind = Literal["conversations", "questions"]
@@ -233,23 +233,6 @@ def check_run_meta(out: Path, meta: dict[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------- running
 
-@contextmanager
-def _restored_env(names: Sequence[str]) -> Iterator[None]:
-    """Items set TRAMITA_SQL_URL for their copy; put the caller's environment back afterwards."""
-    from tramita.runtime import reset_services
-
-    saved = {n: os.environ.get(n) for n in names}
-    try:
-        yield
-    finally:
-        for n, v in saved.items():
-            if v is None:
-                os.environ.pop(n, None)
-            else:
-                os.environ[n] = v
-        reset_services()
-
-
 def run_one(kind: Kind, item: dict[str, Any], pristine_db: str, workdir: str, backend: str) -> dict[str, Any]:
     """Run one item (in this process or a worker) and return its JSON record."""
     work = Path(workdir)
@@ -302,7 +285,7 @@ def run_items(kind: Kind, items: list[dict[str, Any]], *, pristine_db: Path, wor
     """
     workdir.mkdir(parents=True, exist_ok=True)
     if jobs <= 1 and backend == "scripted":
-        with _restored_env(["TRAMITA_SQL_URL", *env]):
+        with restored_environment(["TRAMITA_SQL_URL", *env]):
             os.environ.update(env)
             for item in items:
                 on_done(run_one(kind, item, str(pristine_db), str(workdir), backend))
