@@ -63,13 +63,19 @@ def is_number(fact: str) -> bool:
     return re.fullmatch(r"-?\d+(?:\.\d+)?", fact.strip()) is not None
 
 
-def _precision(fact: Decimal) -> Decimal:
-    """How far an answer's number may be from a numeric fact: half a unit of the fact's last
-    decimal ("17.3" is the rounded form of 17.27, so 17.25..17.35 count), and never less than
-    half a cent, so that "470000" accepts "470,000.00"."""
-    exponent = fact.as_tuple().exponent
+def half_unit(value: Decimal) -> Decimal:
+    """Half a unit of the last decimal `value` shows (17.3 → 0.05; "17.30" → 0.005), 0 for an
+    integer: the span within which a more precise number rounds to `value`."""
+    exponent = value.as_tuple().exponent
     decimals = -exponent if isinstance(exponent, int) and exponent < 0 else 0
-    return max(Decimal("0.005"), Decimal(5) / Decimal(10) ** (decimals + 1)) if decimals else Decimal("0.005")
+    return Decimal(5) / Decimal(10) ** (decimals + 1) if decimals else Decimal(0)
+
+
+def _precision(fact: Decimal) -> Decimal:
+    """How far an answer's number may be from a numeric fact: `half_unit` of the fact ("17.3" is
+    the rounded form of 17.27), and never less than half a cent, so that "470000" accepts
+    "470,000.00"."""
+    return max(Decimal("0.005"), half_unit(fact))
 
 
 def fact_in(fact: str, text: str) -> bool:

@@ -37,7 +37,7 @@ import sqlglot
 from sqlalchemy import create_engine
 
 from tramita.evaluation.dbdiff import diff, snapshot
-from tramita.evaluation.facts import facts_found
+from tramita.evaluation.facts import facts_found, half_unit
 
 TODAY = "2026-05-15"
 QUESTION_USER = "E003"  # the CFO: every question of the dev set is within her permissions
@@ -63,9 +63,7 @@ def _number(value: Any) -> Decimal | None:
 def _tolerance(gold: Decimal) -> Decimal:
     """Half a unit of the gold value's last shown decimal (17.3 accepts 17.25..17.35, so an
     unrounded AVG matches a ROUND(...,1) gold); integers must match exactly."""
-    exponent = gold.normalize().as_tuple().exponent
-    decimals = -exponent if isinstance(exponent, int) and exponent < 0 else 0
-    return Decimal(5) / Decimal(10) ** (decimals + 1) if decimals else Decimal("1e-9")
+    return half_unit(gold.normalize()) or Decimal("1e-9")
 
 
 def cell_matches(gold: Any, ours: Any) -> bool:
