@@ -9,14 +9,15 @@ through SQLTool itself, so this stays read-only by construction.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from tools.sql_schema import Schema
+from tramita.text import fold as fold_text
 
 MAX_DISTINCT = 150  # a column with more distinct values is free text or ids: not linked
 MAX_VALUE_CHARS = 60
@@ -29,10 +30,9 @@ TEXT_TYPES = ("TEXT", "CHAR", "VARCHAR", "CLOB", "STRING")
 
 
 def fold(text: str) -> str:
-    """Lower-case, accents removed, every non-alphanumeric run a single space, padded with spaces
-    so that `f" {value} " in fold(question)` is a whole-word test."""
-    plain = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)).lower()
-    return " " + " ".join("".join(ch if ch.isalnum() else " " for ch in plain).split()) + " "
+    """tramita.text.fold with '-' and '_' as separators too ('payments-api' = 'Payments API'),
+    padded with spaces so that `f" {value} " in fold(question)` is a whole-word test."""
+    return " " + " ".join(w for w in re.split(r"[\s_-]+", fold_text(text)) if w) + " "
 
 
 @dataclass(frozen=True)
