@@ -29,15 +29,8 @@ def _docs(question: str, ctx: Context, usage: Usage) -> dict[str, Any]:
     TOP_PASSAGES passages overall, by score. Five passages alone are often two documents
     (a long postmortem fills the list), which hides the right document from synthesis and makes
     document recall@5 lower than what the store can find."""
-    store = svc().doc_store
-    best = store.retrieve(question, TOP_PASSAGES) + store.retrieve_docs(question, ctx.docs_top_k)
-    seen: set[tuple[str, str]] = set()
-    items = []
-    for d, p, s in sorted(best, key=lambda h: -h[2]):
-        if (d, p) not in seen:
-            seen.add((d, p))
-            items.append({"source": d, "text": p, "score": round(float(s), 4)})
-    return {"backend": "docs", "items": items}
+    hits = svc().doc_store.retrieve_docs(question, ctx.docs_top_k, passages=TOP_PASSAGES)
+    return {"backend": "docs", "items": [{"source": d, "text": p, "score": round(float(s), 4)} for d, p, s in hits]}
 
 
 def _sql(question: str, ctx: Context, usage: Usage) -> dict[str, Any]:

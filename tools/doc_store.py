@@ -172,19 +172,26 @@ class DocStore:
         """The `top_k` best chunks as (doc_id, passage, cosine similarity)."""
         return [(h.doc_id, h.text, h.score) for h in self.search(query, top_k)]
 
-    def retrieve_docs(self, query: str, top_k: int = 5) -> list[tuple[str, str, float]]:
-        """The `top_k` best documents, each represented by its best chunk."""
+    def retrieve_docs(self, query: str, top_k: int = 5, *, passages: int = 0) -> list[tuple[str, str, float]]:
+        """The `top_k` best documents, each represented by its best chunk (in search order); with
+        `passages`, also the best `passages` chunks overall even where they repeat a document, all
+        then in score order. One search serves both, so the query is embedded once."""
         self._check(query, top_k)
         total = self.count()
-        want = min(total, top_k * 8)
+        want = min(total, max(top_k * 8, passages))
         while True:
+            hits = self.search(query, want)
             best: dict[str, Hit] = {}
-            for hit in self.search(query, want):
+            for hit in hits:
                 best.setdefault(hit.doc_id, hit)
             if len(best) >= top_k or want >= total:
                 break
             want = min(total, want * 2)
-        return [(h.doc_id, h.text, h.score) for h in list(best.values())[:top_k]]
+        chosen = list(best.values())[:top_k]
+        if passages:
+            ids = {h.chunk_id for h in chosen}
+            chosen = sorted(chosen + [h for h in hits[:passages] if h.chunk_id not in ids], key=lambda h: -h.score)
+        return [(h.doc_id, h.text, h.score) for h in chosen]
 
     def search(self, query: str, n: int) -> list[Hit]:
         """The `n` best chunks, vector-only or fused with BM25 according to `hybrid`."""
