@@ -16,7 +16,7 @@ from pathlib import Path
 from ingest.doc_loader import load_docs
 from tools.doc_store import DocStore, recall_at_k
 from tools.embeddings import make_embeddings
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

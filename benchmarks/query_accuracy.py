@@ -2,12 +2,14 @@
 
 The full `tramita eval questions` also runs the planner and synthesis (≈ 45 s a question on two
 cores); this runs only the query writer with its repair loop, so a prompt or schema change can be
-measured in minutes. It scores exactly as the eval does (tramita.evaluation.questions):
+measured in minutes. It scores exactly as the eval does (tramita.lab.evaluation.questions):
 
     .venv/bin/python benchmarks/query_accuracy.py [--backend sql|graph|both] [--ids q-dev-002,...]
         [--profile local] [--data DIR]
 
-DIR is an ingested data directory (default: the configured one; `tramita ingest` makes it).
+DIR is an ingested data directory whose embedded stores are used (default: the configured
+deployment, `Settings.from_env()`; `tramita ingest` makes it). The model files are found as
+everywhere else (TRAMITA_MODELS_DIR, else the configured data directory's models/).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import track
 
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 console = Console(highlight=False)
 
@@ -45,28 +47,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("sql", "graph", "both"), default="both")
     parser.add_argument("--ids", help="comma-separated question ids")
     parser.add_argument("--profile", default="local", help="LLM profile (policies/llm_profiles.yaml)")
-    parser.add_argument("--data", type=Path, help="ingested data directory (sets TRAMITA_DATA_DIR)")
+    parser.add_argument("--data", type=Path, help="ingested data directory (its embedded stores)")
+    parser.add_argument("--today", default="2026-05-15", help="the date questions are asked on (default 2026-05-15)")
     parser.add_argument("--questions", type=Path, default=SAMPLE_DIR / "questions.dev.jsonl")
     parser.add_argument("--json", type=Path, help="also write every item's result here")
     args = parser.parse_args(argv)
 
-    import os
-
-    if args.data:
-        os.environ["TRAMITA_DATA_DIR"] = str(args.data)
-    os.environ.setdefault("TRAMITA_TODAY", "2026-05-15")
     from tools.graph_tool import GraphTool
-    from tools.llm import Usage
+    from tools.llm import Usage, check_profile
+    from tools.services import Services
     from tools.text_to_cypher import answer_cypher
     from tools.text_to_sql import answer_sql
-    from tramita.evaluation.questions import _score_execution, cypher_is_ordered, sql_is_ordered, sqlite_rows
-    from tramita.runtime import services
-    from tramita.settings import Settings
+    from tramita.base.settings import Settings
+    from tramita.lab.evaluation.questions import _score_execution, cypher_is_ordered, sql_is_ordered, sqlite_rows
 
-    settings = Settings.from_env()
-    svc = services()
-    today = os.environ["TRAMITA_TODAY"]
-    gold_graph = GraphTool(svc.graph_tool.url, row_cap=1000)  # as tramita.evaluation.questions scores it
+    check_profile(args.profile)
+    base = Settings.embedded(args.data.expanduser().resolve()) if args.data else Settings.from_env()
+    settings = base.with_profile(args.profile)
+    svc = Services(settings)
+    today = args.today
+    gold_graph = GraphTool(svc.graph_tool.url, row_cap=1000)  # as tramita.lab.evaluation.questions scores it
     db = Path(settings.sql_url.removeprefix("sqlite:///"))
     ids = [i.strip() for i in args.ids.split(",")] if args.ids else None
     results: list[dict[str, Any]] = []
@@ -75,13 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         if name == "sql":
             run = answer_sql(item["question"], svc.sql_tool, today=today, backend=args.profile, usage=usage)
-            ctx = {"query": run.sql, "error": run.error}
+            ctx = {"query": run.query, "error": run.error}
             score = _score_execution(item["gold_sql"], ctx, sql_is_ordered(item["gold_sql"]),
                                      gold_rows=lambda q: sqlite_rows(db, q),
                                      our_rows=lambda q: sqlite_rows(db, svc.sql_tool.validate(q)), missing="")
         else:
             crun = answer_cypher(item["question"], svc.graph_tool, today=today, backend=args.profile, usage=usage)
-            ctx = {"query": crun.cypher, "error": crun.error}
+            ctx = {"query": crun.query, "error": crun.error}
             score = _score_execution(item["gold_cypher"], ctx, cypher_is_ordered(item["gold_cypher"]),
                                      gold_rows=lambda q: [tuple(r.values()) for r in gold_graph.query(q)],
                                      our_rows=lambda q: [tuple(r.values()) for r in svc.graph_tool.query(q)],

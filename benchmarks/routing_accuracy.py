@@ -31,7 +31,7 @@ from langchain_core.embeddings import Embeddings
 
 from tools.registry import Registry, ToolIndex, decide
 from tools.registry_models import ToolSpec, load_tool_file
-from tramita.paths import POLICIES_DIR, SAMPLE_DIR
+from tramita.base.paths import POLICIES_DIR, SAMPLE_DIR
 
 _DEFAULTS = inspect.signature(Registry).parameters
 FLOOR: float = _DEFAULTS["floor"].default  # the registry's own margin-rule settings

@@ -16,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 
 from tools.sql_schema import LINK_RELATIVE, link_schema
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The whole graph at a glance (DESIGN.md's diagram, node for node).
+"""The whole graph at a glance (docs/architecture.md's diagram, node for node).
 
     START → route_turn ─┬─ refuse ───────────────────────────────────────────→ respond → END
                         ├─ collect_parameters ─┬─ execute_tool ───────────────→ respond
@@ -23,13 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from graph.context import Context
-from graph.routers import (
-    after_collect,
-    after_confirmation,
-    after_intent_shift,
-    after_route_turn,
-    after_select_intent,
-)
+from graph.routers import after_route_turn, after_select_intent
 from graph.state import InputState, OutputState, State
 from nodes.await_confirmation import await_confirmation
 from nodes.cancel import cancel
@@ -46,6 +40,7 @@ from nodes.synthesize import synthesize
 
 
 def build_graph() -> StateGraph[Any, Any, Any, Any]:
+    """The state graph, uncompiled: nodes, then edges in the order of the diagram above."""
     g: StateGraph[Any, Any, Any, Any] = StateGraph(State, context_schema=Context, input_schema=InputState,
                                                    output_schema=OutputState)
     for name, fn in [("route_turn", route_turn), ("select_intent", select_intent),
@@ -57,9 +52,8 @@ def build_graph() -> StateGraph[Any, Any, Any, Any]:
     g.add_edge(START, "route_turn")
     g.add_conditional_edges("route_turn", after_route_turn)
     g.add_conditional_edges("select_intent", after_select_intent)
-    g.add_conditional_edges("collect_parameters", after_collect)
-    g.add_conditional_edges("await_confirmation", after_confirmation)
-    g.add_conditional_edges("intent_shift", after_intent_shift)
+    # collect_parameters, await_confirmation and intent_shift return Command[Literal[...]]:
+    # their edges come from their return annotations
     g.add_edge("plan", "retrieve")
     g.add_edge("retrieve", "synthesize")
     g.add_edge("synthesize", "respond")

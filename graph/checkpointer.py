@@ -1,9 +1,10 @@
-"""Checkpointer factory: SqliteSaver by default (a file in the data directory), PostgresSaver when
-the URL is a PostgreSQL one. The same graph runs on either; only configuration changes."""
+"""The one checkpointer factory: SqliteSaver by default (a file in the data directory), PostgresSaver
+when the URL is a PostgreSQL one. The same graph runs on either; only configuration changes."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,21 +14,47 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 
 @contextmanager
-def open_checkpointer(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    """Yield a ready checkpointer for `url` and close its connection afterwards."""
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from psycopg import Connection
-        from psycopg.rows import dict_row
+def open_checkpointer(url: str, pool_size: int = 4) -> Iterator[BaseCheckpointSaver[Any]]:
+    """Yield a ready checkpointer for `url` and close its connections afterwards.
 
-        conninfo = url.replace("postgresql+psycopg://", "postgresql://")
-        with Connection.connect(conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-            saver = PostgresSaver(conn)  # type: ignore[arg-type]
-            _setup_with_retry(saver)
+    PostgreSQL runs on a connection pool that checks each connection before use, so a server
+    survives a database restart: the turn in flight fails with a clear message and the next one
+    reconnects. Processes starting together take an advisory lock around `setup()`.
+    """
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        with _postgres_saver(url, pool_size) as saver:
             yield saver
         return
     with _sqlite_saver(url) as lite:
         yield lite
+
+
+@contextmanager
+def _postgres_saver(url: str, pool_size: int) -> Iterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://").replace("postgres://", "postgresql://", 1)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        conninfo, min_size=1, max_size=pool_size, open=False, timeout=10, check=ConnectionPool.check_connection,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row, "connect_timeout": 5})
+    pool.open(wait=True, timeout=30)
+    try:
+        saver = PostgresSaver(pool)  # type: ignore[arg-type]  # the pool is accepted at run time; the stub names Connection
+        with pool.connection() as lock:
+            # poll, never block: a waiting statement would stall the other process's
+            # CREATE INDEX CONCURRENTLY (it waits for every open transaction): a deadlock
+            while not lock.execute("SELECT pg_try_advisory_lock(hashtext('tramita.checkpointer.setup')) AS ok"
+                                   ).fetchone()["ok"]:  # type: ignore[index, call-overload]  # dict_row rows
+                time.sleep(0.2)
+            try:
+                saver.setup()
+            finally:
+                lock.execute("SELECT pg_advisory_unlock(hashtext('tramita.checkpointer.setup'))")
+        yield saver
+    finally:
+        pool.close()
 
 
 @contextmanager
@@ -44,20 +71,3 @@ def _sqlite_saver(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
         yield saver
     finally:
         lite.close()
-
-
-def _setup_with_retry(saver: Any, attempts: int = 5) -> None:
-    """PostgresSaver.setup() from two processes at once can collide on CREATE TABLE/INDEX; the
-    loser simply retries once the winner has committed its migrations."""
-    import time
-
-    from psycopg import errors
-
-    for i in range(attempts):
-        try:
-            saver.setup()
-            return
-        except (errors.DuplicateTable, errors.UniqueViolation, errors.DuplicateObject):
-            if i == attempts - 1:
-                raise
-            time.sleep(0.2 * (i + 1))

@@ -1,9 +1,9 @@
 """Run-time context (LangGraph `context_schema`).
 
 Per-conversation knobs that are not conversation *state*: who is talking, which day it is, which
-LLM profile set to use. Every field falls back to an environment variable so the CLI, the Python
-API and `langgraph dev` share one configuration, and every field carries a description so that
-LangGraph Studio can render a form for it.
+LLM profile to use, and the services (databases, registry, retrieval backends) the run uses. Every
+plain field carries a description so that LangGraph Studio can render a form for it; an empty field
+falls back to the deployment's configuration, read once at start-up.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from datetime import date
+from typing import Any
+
+from tools.services import Services, default_services
 
 
 def _env(name: str, default: str) -> str:
@@ -23,7 +26,8 @@ class Context:
 
     user_id: str = field(
         default="",
-        metadata={"description": "Employee id the conversation runs as (permissions and 'me/my' refer to this person). Env: TRAMITA_USER."},
+        metadata={"description": "Employee id the conversation runs as (permissions and 'me/my' refer to this person). "
+                                 "Env: TRAMITA_USER; empty = an anonymous user, who may use no tool."},
     )
     tenant: str = field(
         default="",
@@ -35,11 +39,11 @@ class Context:
     )
     today: str = field(
         default="",
-        metadata={"description": "ISO date used as 'today' for validation and audit (the NovaOps sample is as of 2026-05-15). Env: TRAMITA_TODAY; empty = the system date."},
+        metadata={"description": "ISO date used as 'today' for validation and audit. Env: TRAMITA_TODAY; empty = the system date."},
     )
     llm_backend: str = field(
         default="",
-        metadata={"description": "LLM backend from policies/llm_profiles.yaml: 'local' (Qwen2.5-Coder-1.5B via llama.cpp), 'local-small', 'openai' or 'scripted'. Env: TRAMITA_LLM."},
+        metadata={"description": "LLM profile: a backend name of policies/llm_profiles.yaml. Empty = the deployment's (env TRAMITA_LLM)."},
     )
     transaction_ttl_minutes: int = field(
         default=30,
@@ -60,13 +64,31 @@ class Context:
                                  "SQL and Cypher generation share one local model, so the second waits for the first."},
     )
 
+    services: Any = field(
+        default=None, repr=False, compare=False,
+        metadata={"description": "The Services object (Python callers only; empty = the deployment's default)."},
+    )
+
     def __post_init__(self) -> None:
         """Fill empty fields from the environment (the templates' env-var fallback pattern)."""
-        self.user_id = self.user_id or _env("TRAMITA_USER", "E006")
+        self.user_id = self.user_id or _env("TRAMITA_USER", "")
         self.tenant = self.tenant or _env("TRAMITA_TENANT", "*")
         self.language = self.language or _env("TRAMITA_LANGUAGE", "auto")
         self.today = self.today or _env("TRAMITA_TODAY", date.today().isoformat())
-        self.llm_backend = self.llm_backend or _env("TRAMITA_LLM", "local")
+        if isinstance(self.services, Services):
+            self.llm_backend = self.llm_backend or self.services.settings.llm_profile
+        else:
+            # no I/O here: the dev server builds the Context inside its event loop; the default
+            # services are resolved on first use, in the node's worker thread
+            self.services = None
+            self.llm_backend = self.llm_backend or _env("TRAMITA_LLM", "local")
+
+    @property
+    def svc(self) -> Services:
+        """The run's services (the deployment default when the caller passed none)."""
+        if not isinstance(self.services, Services):
+            self.services = default_services()
+        return self.services
 
     @property
     def today_date(self) -> date:

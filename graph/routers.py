@@ -1,7 +1,9 @@
 """Routers: small pure functions over the state that return typed Literals.
 
-They read only what the node before them decided, so the builder reads as the diagram in
-DESIGN.md and every branch can be unit-tested without a model.
+They read only the classification the node before them stored, so the builder reads as the
+diagram in docs/architecture.md and every branch can be unit-tested without a model. The nodes
+inside a transaction (collect_parameters, await_confirmation, intent_shift) route themselves with
+`Command[Literal[...]]`, whose targets LangGraph reads from their return annotations.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from graph.state import State
 
 
 def after_route_turn(state: State) -> Literal["refuse", "collect_parameters", "await_confirmation", "select_intent"]:
+    """A screened message is refused; otherwise dispatch on the persisted transaction's status."""
     intent = state.get("intent") or {}
     if intent.get("kind") == "refuse":
         return "refuse"
@@ -24,39 +27,8 @@ def after_route_turn(state: State) -> Literal["refuse", "collect_parameters", "a
 
 
 def after_select_intent(state: State) -> Literal["collect_parameters", "plan", "refuse", "respond"]:
+    """A tool request starts a transaction, a question is planned, the rest is answered."""
     kind = (state.get("intent") or {}).get("kind")
-    if kind == "tool":
-        return "collect_parameters"
-    if kind == "question":
-        return "plan"
-    if kind == "refuse":
-        return "refuse"
-    return "respond"
-
-
-def after_collect(state: State) -> Literal["execute_tool", "intent_shift", "respond"]:
-    if (state.get("intent") or {}).get("kind") == "shift":
-        return "intent_shift"
-    if state.get("step") == "ready":
-        return "execute_tool"
-    return "respond"
-
-
-def after_confirmation(state: State) -> Literal["execute_tool", "cancel", "intent_shift", "respond"]:
-    kind = (state.get("intent") or {}).get("kind")
-    if kind == "confirm":
-        return "execute_tool"
-    if kind == "cancel":
-        return "cancel"
-    if kind == "shift":
-        return "intent_shift"
-    return "respond"
-
-
-def after_intent_shift(state: State) -> Literal["cancel", "collect_parameters", "plan", "refuse", "respond"]:
-    kind = (state.get("intent") or {}).get("kind")
-    if kind == "cancel":
-        return "cancel"
     if kind == "tool":
         return "collect_parameters"
     if kind == "question":

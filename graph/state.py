@@ -45,19 +45,29 @@ class LastTransaction(TypedDict, total=False):
     at: str
 
 
-class Intent(TypedDict, total=False):
-    """What this turn is about, as decided by select_intent / intent_shift."""
+IntentKind = Literal["tool", "question", "none", "refuse"]
+# What respond asks next: a parameter, the confirmation, the same again, or an offer to cancel.
+# "ready" only ever routes collect_parameters to execute_tool.
+Step = Literal["ask", "confirm", "ready", "reprompt", "offer_cancel"]
 
-    kind: Literal["tool", "question", "cancel", "none", "refuse", "correction", "shift", "confirm"]
+
+class Intent(TypedDict, total=False):
+    """What a message is, as select_intent / intent_shift / the safety screen classify it.
+
+    A classification only: where the turn goes next is decided by the routers and by the nodes'
+    `Command[Literal[...]]` returns, never signalled through this field.
+    """
+
+    kind: IntentKind
     tool: str
     score: float
     reason: str
 
 
 class Plan(TypedDict, total=False):
-    use_docs: bool
-    use_sql: bool
-    use_graph: bool
+    """Which retrieval backends answer this question (names of `tools.backends.BACKENDS`)."""
+
+    backends: list[str]
     reason: str
 
 
@@ -141,7 +151,11 @@ class OutputState(TypedDict, total=False):
 
 
 class State(InputState, total=False):
-    """The whole persisted state of a thread."""
+    """The whole persisted state of a thread.
+
+    `status` is written by respond alone, derived from `transaction` (its one source of truth), so
+    callers can read it without looking inside the transaction.
+    """
 
     answer: str
     status: Status
@@ -154,4 +168,4 @@ class State(InputState, total=False):
     contexts: Annotated[list[dict[str, Any]], add_contexts]
     resume: bool  # a digression answered mid-transaction: respond re-asks the pending step
     notices: Annotated[list[str], add_notices]  # sentences earlier nodes of this turn want said
-    step: str | None  # what respond should ask next: ask | confirm | resume | reprompt | offer_cancel
+    step: Step | None  # what respond should ask next

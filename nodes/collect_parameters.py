@@ -1,6 +1,6 @@
 """collect_parameters: start a transaction or fill its pending parameters.
 
-Precedence (DESIGN.md): typed values are found deterministically in the message; only parameters
+Precedence (docs/architecture.md): typed values are found deterministically in the message; only parameters
 still pending go to the LLM extractor, which sees the pending ones alone. A turn that fills at least
 one valid value (or whose value was refused with a reason) stays in the transaction and skips the
 intent-shift check; a turn that fills nothing goes to intent_shift. Free-text values are accepted
@@ -10,9 +10,10 @@ the message that starts the transaction (that message names the action, not a re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from graph.context import Context
 from graph.state import State, Transaction
@@ -20,7 +21,9 @@ from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, use
 from tools.business.base import ToolError
 from tools.llm import LLMError, Usage, structured_call
 from tools.registry_models import ToolSpec
-from tramita.extraction import (
+from tramita.base.faults import crash_point
+from tramita.base.text import is_question
+from tramita.core.extraction import (
     correction_allowed,
     describe_pending,
     deterministic,
@@ -28,30 +31,12 @@ from tramita.extraction import (
     grounded,
     kind_of,
 )
-from tramita.faults import crash_point
-from tramita.intent import synonyms_for
-from tramita.lexicon import classify as lexicon
-from tramita.lexicon import has_correction_cue, mentions_cancel
-from tramita.replies import say
-from tramita.runtime import Services
-from tramita.text import is_question
-from tramita.transactions import advance, apply_values, ended, new_transaction
-
-ANOTHER_TOOL_SCORE = 0.92
-
-
-def _another_tool(text: str, spec: ToolSpec, ctx: Context, s: Services) -> bool:
-    try:
-        m = s.registry.match(text, ctx.user_id, ctx.tenant)
-    except Exception:  # noqa: BLE001
-        return False
-    if m.best is None or m.best == spec.name or not m.candidates:
-        return False
-    # stricter than select_intent: only an unmistakable request for another tool may block a
-    # free-text answer (a reason often shares words with other tools' examples)
-    top = m.candidates[0].score
-    runner = m.candidates[1].score if len(m.candidates) > 1 else 0.0
-    return top >= ANOTHER_TOOL_SCORE and top - runner >= 2 * s.registry.margin
+from tramita.core.intent import another_tool, synonyms_for
+from tramita.core.lexicon import classify as lexicon
+from tramita.core.lexicon import has_correction_cue, mentions_cancel
+from tramita.core.precedence import ask_extractor, askable_kinds, filled_anything, keep_changes, keep_free_text, next_step
+from tramita.core.replies import say
+from tramita.core.transactions import advance, apply_values, ended, new_transaction
 
 
 def _llm_values(spec: ToolSpec, tx: Transaction, text: str, names: list[str], ctx: Context,
@@ -65,9 +50,13 @@ def _llm_values(spec: ToolSpec, tx: Transaction, text: str, names: list[str], ct
     return {k: v for k, v in values.items() if grounded(v, spec.properties[k], text)}
 
 
-def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+Next = Literal["execute_tool", "intent_shift", "respond"]
+
+
+def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]:
+    """Fill what the message carries; stay, execute, or hand over to intent_shift (precedence rules)."""
     ctx = ctx_of(runtime)
-    s = svc()
+    s = svc(ctx)
     text = user_text(state)
     lang = lang_of(state)
     now = now_for(ctx)
@@ -104,10 +93,10 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
     pending = [p for p in tx.get("pending", spec.required) if p not in raw]
     llm_failed: str | None = None
     plain_reply = lexicon(text) is not None  # "sim" / "não" / "cancela" is never a parameter value
-    if (not start and pending and text.strip() and not mentions_cancel(text) and not plain_reply
-            and not (cue and changes)):
-        # free text from a question is dropped below anyway: do not spend an LLM call on it
-        skip = ("id", "text") if is_question(text) else ("id",)
+    question, cancel = is_question(text), mentions_cancel(text)
+    if ask_extractor(starting=start, pending=bool(pending), empty=not text.strip(), cancel=cancel,
+                     plain_reply=plain_reply, correcting=bool(cue and changes)):
+        skip = askable_kinds(question)
         askable = [p for p in pending if kind_of(spec.properties[p]) not in skip]
         if askable:
             try:
@@ -115,11 +104,11 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
             except LLMError as exc:
                 llm_failed = str(exc)
     free = [k for k in raw if kind_of(spec.properties[k]) == "text"]
-    another = bool(free or changes) and not start and _another_tool(text, spec, ctx, s)
-    if free and (start or is_question(text) or mentions_cancel(text) or another):
+    another = bool(free or changes) and not start and another_tool(text, spec, ctx, s)
+    if free and not keep_free_text(starting=start, question=question, cancel=cancel, another_tool=another):
         for k in free:
             raw.pop(k)
-    if another:  # "aprova a EXP-0264" while rejecting EXP-0297 is a new request, not a correction
+    if not keep_changes(another_tool=another):
         for k in changes:
             raw.pop(k, None)
     try:
@@ -130,23 +119,23 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> dict[str, Any
         errors += more
     except Exception as exc:  # noqa: BLE001 - database down during validation: nothing changes
         notices.append(say("failed", lang, tool=spec.name, error=str(exc)[:200]))
-        return {"notices": notices, "intent": {"kind": "none", "reason": "validation failed"},
-                "turn": trace("collect_parameters", route="collect:error", errors=[str(exc)[:200]], **usage.trace())}
+        return Command(goto="respond", update={
+            "notices": notices, "turn": trace("collect_parameters", route="collect:error", errors=[str(exc)[:200]],
+                                              **usage.trace())})
     for err in errors:
         notices.append(say("refused_value", lang, error=err.message(lang)))
     if llm_failed and not filled:
         notices.append(say("llm_failed", lang, error=llm_failed[:160]))
-    if not (filled or start or errors or llm_failed):
-        return {"intent": {"kind": "shift", "reason": "no parameter filled"},
-                "turn": trace("collect_parameters", route="collect:none", **usage.trace())}
+    if not filled_anything(filled, starting=start, errors=bool(errors), llm_failed=bool(llm_failed)):
+        return Command(goto="intent_shift", update={"turn": trace("collect_parameters", route="collect:none",
+                                                                  **usage.trace())})
     tx["updated_at"] = now.isoformat()
     if filled:
         tx["reprompts"] = 0
-    step = "confirm" if stage == "awaiting_confirmation" else ("ready" if stage == "ready" else "ask")
+    step = next_step(stage)
     if stage == "awaiting_confirmation":
         crash_point("after_summary")
-    update.update(transaction=tx, status="awaiting_confirmation" if stage == "awaiting_confirmation" else "collecting",
-                  step=step, notices=notices,
+    update.update(transaction=tx, step=step, notices=notices,
                   turn=trace("collect_parameters", route=f"collect:{stage}", refused=bool(errors),
                              refusal=errors[0].code if errors else None, **usage.trace()))
-    return update
+    return Command(goto="execute_tool" if step == "ready" else "respond", update=update)

@@ -12,8 +12,8 @@ from graph.context import Context
 from graph.state import State, TurnTrace
 from tools.business.base import ToolContext
 from tools.registry_models import ToolSpec
-from tramita.runtime import Services, services
-from tramita.text import MAX_MESSAGE_CHARS, clean
+from tools.services import Services
+from tramita.base.text import MAX_MESSAGE_CHARS, clean
 
 
 def user_text(state: State) -> str:
@@ -34,12 +34,13 @@ def ctx_of(runtime: Runtime[Context]) -> Context:
     if isinstance(ctx, Context):
         return ctx
     if isinstance(ctx, dict):
-        return Context(**{k: v for k, v in ctx.items() if k in Context.field_names()})
+        return Context(**{k: v for k, v in ctx.items() if k in Context.field_names() and k != "services"})
     return Context()
 
 
-def svc() -> Services:
-    return services()
+def svc(ctx: Context) -> Services:
+    """The services of this run (databases, registry, retrieval backends), from its Context."""
+    return ctx.svc
 
 
 def lang_of(state: State) -> str:
@@ -53,7 +54,7 @@ def now_for(ctx: Context) -> datetime:
 
 
 def tool_context(ctx: Context, lang: str, s: Services | None = None) -> ToolContext:
-    s = s or svc()
+    s = s or svc(ctx)
     return ToolContext(engine=s.engine, user_id=ctx.user_id, today=ctx.today_date, now=now_for(ctx), lang=lang,
                        groups=s.registry.user_groups(ctx.user_id))
 

@@ -1,4 +1,4 @@
-"""execute_tool: run a business tool — only when every condition of DESIGN.md holds.
+"""execute_tool: run a business tool — only when every condition of docs/architecture.md holds.
 
 Enabled, permitted, preconditions re-checked by the handler inside its own database transaction,
 and, for writes, an explicit confirmation whose hash matches the arguments that were shown. The
@@ -17,14 +17,14 @@ from graph.state import State, Transaction
 from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace
 from tools.business.base import ToolError
 from tools.database import DatabaseUnavailable
-from tramita.faults import crash_point
-from tramita.replies import say
-from tramita.transactions import advance, args_hash, ended, method_of
+from tramita.base.faults import crash_point
+from tramita.core.replies import say
+from tramita.core.transactions import advance, args_hash, ended, method_of
 
 
 def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = ctx_of(runtime)
-    s = svc()
+    s = svc(ctx)
     lang = lang_of(state)
     now = now_for(ctx)
     tx = Transaction(**(state.get("transaction") or {}))
@@ -44,8 +44,7 @@ def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         tx["pending"] = [r for r in spec.required if r not in tx["args"]]
         stage, errors = advance(spec, tx, tctx, s.registry)
         notices = [say("refused_value", lang, error=e.message(lang)) for e in errors]
-        return {"transaction": tx, "status": "awaiting_confirmation" if stage == "awaiting_confirmation" else "collecting",
-                "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
+        return {"transaction": tx, "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
                 "turn": trace("execute_tool", route="execute:hash-mismatch", refused=True,
                               refusal="confirmation does not match the arguments shown")}
     if refusal:
@@ -56,7 +55,7 @@ def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         result = getattr(obj, method)(dict(tx["args"]), tctx, f"{tx['id']}:{digest}")
     except ToolError as err:
         msg = say("failed", lang, tool=spec.name, error=err.message(lang))
-        return {"transaction": None, "status": "idle", "step": None, "notices": [msg],
+        return {"transaction": None, "step": None, "notices": [msg],
                 "last_transaction": ended(tx, "failed", msg, now),
                 "turn": trace("execute_tool", route="execute:failed", refused=True, refusal=err.code)}
     except (DatabaseUnavailable, OSError) as exc:
@@ -69,6 +68,6 @@ def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     text = result.message(lang)
     key = "executed" if policy.operation_type == "write" else "read_result"
     msg = say(key, lang, result=text)
-    return {"transaction": None, "status": "idle", "step": None, "notices": [msg],
+    return {"transaction": None, "step": None, "notices": [msg],
             "last_transaction": ended(tx, "executed", text, now, result.target_id),
             "turn": trace("execute_tool", route="execute:ok", executed_tool=spec.name)}

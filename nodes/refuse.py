@@ -1,4 +1,4 @@
-"""refuse: a policy or permission refusal. Changes no transaction state (README rule 3)."""
+"""refuse: a policy or permission refusal. Changes no transaction state."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from langgraph.runtime import Runtime
 from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, lang_of, svc, trace, user_text
-from tramita.logmask import get_logger
-from tramita.replies import say
+from tramita.base.logmask import get_logger
+from tramita.core.replies import say
 
 log = get_logger()
 
@@ -43,7 +43,7 @@ def _next_step(state: State, ctx: Context, lang: str) -> str:
         return ""
     name = pending[0]
     try:
-        desc = svc().registry.get(tool, ctx.tenant).properties.get(name, {}).get("description", "")
+        desc = svc(ctx).registry.get(tool, ctx.tenant).properties.get(name, {}).get("description", "")
     except Exception:  # noqa: BLE001
         desc = ""
     if resume:
@@ -56,7 +56,7 @@ def _next_step(state: State, ctx: Context, lang: str) -> str:
 
 
 def _log_turn(state: State, ctx: Context) -> None:
-    """Every refusal (and every turn with errors) leaves a log line; tramita.logmask masks it."""
+    """Every refusal (and every turn with errors) leaves a log line; tramita.base.logmask masks it."""
     t = state.get("turn") or {}
     if not (t.get("refused") or t.get("errors")):
         return

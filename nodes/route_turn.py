@@ -16,10 +16,10 @@ from langgraph.runtime import Runtime
 from graph.context import Context
 from graph.state import Intent, State
 from nodes.common import ctx_of, now_for, svc, user_text
-from tramita.replies import say
-from tramita.safety import screen
-from tramita.text import MAX_MESSAGE_CHARS, detect_language
-from tramita.transactions import ended
+from tramita.base.text import MAX_MESSAGE_CHARS, detect_language
+from tramita.core.replies import say
+from tramita.core.safety import screen
+from tramita.core.transactions import ended
 
 
 def route_turn(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -38,17 +38,17 @@ def route_turn(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         tool = tx.get("tool", "")
         if now - last > timedelta(minutes=ctx.transaction_ttl_minutes) or last.date() != now.date() and now < last:
             msg = say("expired", lang, tool=tool)
-            update.update(transaction=None, status="idle", last_transaction=ended(tx, "expired", msg, now))
+            update.update(transaction=None, last_transaction=ended(tx, "expired", msg, now))
             notices.append(msg)
             tx = None
         else:
             try:
-                enabled = any(s.name == tool for s in svc().registry.visible(ctx.tenant))
+                enabled = any(s.name == tool for s in svc(ctx).registry.visible(ctx.tenant))
             except Exception:  # noqa: BLE001 - registry unreadable: keep the transaction, execute re-checks
                 enabled = True
             if not enabled:
                 msg = say("disabled", lang, tool=tool)
-                update.update(transaction=None, status="idle", last_transaction=ended(tx, "disabled", msg, now))
+                update.update(transaction=None, last_transaction=ended(tx, "disabled", msg, now))
                 notices.append(msg)
                 tx = None
     flagged = screen(text) if text else None

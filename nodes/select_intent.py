@@ -10,9 +10,9 @@ from graph.context import Context
 from graph.state import Intent, State
 from nodes.common import ctx_of, lang_of, svc, trace, user_text
 from tools.llm import Usage
-from tramita.intent import classify
-from tramita.lexicon import classify as lexicon
-from tramita.replies import say
+from tramita.core.intent import classify
+from tramita.core.lexicon import classify as lexicon
+from tramita.core.replies import say
 
 
 def select_intent(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -21,11 +21,11 @@ def select_intent(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     lang = lang_of(state)
     usage = Usage()
     if lexicon(text) is not None:
-        # "sim" / "cancela" with nothing pending executes nothing (README rule 7)
+        # "sim" / "cancela" with nothing pending executes nothing
         intent = Intent(kind="none", reason="reply with nothing pending")
         return {"intent": intent, "notices": [say("nothing_pending", lang)], "turn": trace("select_intent", route="idle-reply")}
     try:
-        intent = classify(text, ctx, svc(), usage)
+        intent = classify(text, ctx, svc(ctx), usage)
     except Exception as exc:  # noqa: BLE001 - registry/embeddings down: answer as a question, and say so
         intent = Intent(kind="question", reason=f"matching unavailable: {exc}")
         gap = f"{type(exc).__name__}: {str(exc)[:160]}"

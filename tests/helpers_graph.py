@@ -2,7 +2,7 @@
 turn runner that executes `Session.turn` in a separate process.
 
 The subprocess runner exists for the restart tests: a transaction must survive a process that is
-killed (by the test, or by itself at a `tramita.faults` crash point) and be finished by a fresh
+killed (by the test, or by itself at a `tramita.base.faults` crash point) and be finished by a fresh
 process on the same thread. Run as a script it prints one JSON line per turn and, with `--hold`,
 a final `HOLDING` line after which it waits to be killed.
 
@@ -22,7 +22,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tramita.base.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 TODAY = "2026-05-15"
@@ -43,6 +46,16 @@ def prepare_data_dir(pristine: Path, workdir: Path) -> Path:
     return db
 
 
+def copy_settings(pristine: Path, workdir: Path, db: Path, *, llm_profile: str = "scripted") -> Settings:
+    """Explicit `Settings` on the SQLite copy `db`, graph and documents from `pristine` (read-only),
+    checkpoints and everything else written under `workdir`."""
+    from tramita.base.settings import Settings
+
+    return Settings(data_dir=workdir, sql_url=f"sqlite:///{db}", graph_url=f"ladybug://{pristine / 'novaops.lbug'}",
+                    chroma_dir=str(pristine / "chroma"), checkpoint_url=f"sqlite:///{workdir / 'checkpoints.db'}",
+                    llm_profile=llm_profile)
+
+
 def data_env(pristine: Path, workdir: Path, *, checkpoint_url: str | None = None,
              backend: str = "scripted", user: str = "E006") -> dict[str, str]:
     """TRAMITA_* variables that point every component at `workdir`'s SQLite copy."""
@@ -61,10 +74,11 @@ def data_env(pristine: Path, workdir: Path, *, checkpoint_url: str | None = None
 # ----------------------------------------------------------------------------- in-process sessions
 @contextmanager
 def scripted_session(user: str = "E006", today: str = TODAY, **context: Any) -> Iterator[Any]:
-    """A Session on the scripted backend, on whatever stores the environment points at (the
-    `novaops` fixture points it at a fresh copy)."""
+    """A Session on the scripted backend, on the given `services=` (e.g. the `novaops_services`
+    fixture), else on the deployment's default ones (the `novaops` fixture points those at a fresh
+    copy)."""
     from graph.context import Context
-    from tramita.session import open_session
+    from graph.session import open_session
 
     ctx = Context(user_id=user, today=today, llm_backend=context.pop("llm_backend", "scripted"), **context)
     with open_session(ctx) as session:
@@ -105,7 +119,7 @@ def audit_rows(db: Path, target_id: str | None = None) -> int:
 
 
 def db_snapshot(db: Path) -> dict[str, dict[str, tuple[Any, ...]]]:
-    from tramita.evaluation.dbdiff import snapshot
+    from tramita.lab.evaluation.dbdiff import snapshot
 
     engine = engine_for(db)
     try:
@@ -116,7 +130,7 @@ def db_snapshot(db: Path) -> dict[str, dict[str, tuple[Any, ...]]]:
 
 def db_changes(db: Path, before: dict[str, dict[str, tuple[Any, ...]]]) -> dict[str, set[str]]:
     """{table: changed keys} since `before` (dataset tables only)."""
-    from tramita.evaluation.dbdiff import diff
+    from tramita.lab.evaluation.dbdiff import diff
 
     return diff(before, db_snapshot(db))
 
@@ -144,7 +158,7 @@ def _parse(stdout: str) -> list[dict[str, Any]]:
 
 def run_turns(env: Mapping[str, str], thread: str, texts: list[str], *, user: str = "E006",
               crash_at: str | None = None, timeout: float = 300) -> ProcessRun:
-    """Run the turns in a fresh Python process; `crash_at` arms a tramita.faults crash point."""
+    """Run the turns in a fresh Python process; `crash_at` arms a tramita.base.faults crash point."""
     full = {**os.environ, **env}
     full.pop("TRAMITA_CRASH_AT", None)
     if crash_at:
@@ -187,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("texts", nargs="*")
     args = parser.parse_args(argv)
     from graph.context import Context
-    from tramita.session import open_session
+    from graph.session import open_session
 
     ctx = Context(user_id=args.user, today=os.environ.get("TRAMITA_TODAY", TODAY))
     with open_session(ctx) as session:

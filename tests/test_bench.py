@@ -19,15 +19,16 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from tools.scripted_model import ScriptedChatModel
-from tramita.evaluation.conversations import load_items
-from tramita.evaluation.peers import (
+from tramita.base.paths import SAMPLE_DIR
+from tramita.base.settings import Settings
+from tramita.lab.evaluation.conversations import load_items
+from tramita.lab.evaluation.peers import (
     parse_tool_calls,
     peer_summary,
     run_kuzu_peer,
     run_react_peer,
     run_sql_chain_peer,
 )
-from tramita.paths import SAMPLE_DIR
 
 QUESTIONS = {i["id"]: i for i in load_items(SAMPLE_DIR / "questions.dev.jsonl")}
 CONVERSATIONS = {i["id"]: i for i in load_items(SAMPLE_DIR / "conversations.dev.jsonl")}
@@ -48,7 +49,7 @@ class ScriptedToolModel(ScriptedChatModel):
 
 @pytest.mark.slow
 def test_bench_quick_smoke(novaops: Path, tmp_path: Path) -> None:
-    from tramita.cli import main
+    from tramita.shell.cli import main
 
     out = tmp_path / "bench"
     rc = main(["bench", "--quick", "--skip-local", "--match-sizes", "30", "--out", str(out)])
@@ -131,15 +132,31 @@ def test_react_peer_confirmed_and_unconfirmed_writes(pristine: Path, tmp_path: P
     assert rushed["turns"][1]["checks"]["executed"] is False
 
 
-def test_peer_summary_reports_ratios(novaops: Path, tmp_path: Path) -> None:
+def test_peer_summary_reports_ratios(novaops: Path, novaops_settings: Settings, tmp_path: Path) -> None:
     item = QUESTIONS["q-dev-001"]
     pristine_db = tmp_path / "pristine.db"
     shutil.copy(novaops, pristine_db)
     model = ScriptedChatModel(script=["SELECT 1", "I do not know."])
-    res = peer_summary("sql", [item], pristine_db=pristine_db, workdir=tmp_path / "w", backend="scripted",
+    res = peer_summary("sql", [item], pristine_db=pristine_db, workdir=tmp_path / "w", settings=novaops_settings,
                        models=(model, model))
     assert res["tramita"]["items"] == res["peer_summary"]["items"] == 1
     assert res["peer_summary"]["success"] == 0 and res["peer_summary"]["llm_calls_per_turn"] == 2
     assert res["tramita"]["llm_calls_per_turn"] >= 1
     assert res["ratios_tramita_over_peer"]["success_rate"] is None  # the peer's success rate is 0
     assert res["records"]["tramita"][0]["system"] == "tramita"
+
+
+def test_a_child_process_reads_back_the_settings_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's local probe and the reliability servers get their Settings through their own
+    environment at start-up: every field must survive the round trip (a new Settings field needs
+    its variable in tramita.lab.procenv)."""
+    import dataclasses
+
+    from tramita.lab.procenv import child_env
+
+    values = {f.name: (tmp_path / f.name if "Path" in str(f.type) else f"value-of-{f.name}")
+              for f in dataclasses.fields(Settings)}
+    given = Settings(**values)
+    for name, value in child_env(given).items():
+        monkeypatch.setenv(name, value)
+    assert Settings.from_env() == given

@@ -35,7 +35,10 @@ from tools.business.resolvers import coerce_value, resolve_reference
 from tools.business.schema_check import prepare_value, tool_params, validate_param
 from tools.business.tickets import TicketTools
 from tools.database import writer_engine
-from tramita.paths import POLICIES_DIR, ROOT, SAMPLE_DIR
+from tools.references import ReferenceKind, load_references, reference_candidates
+from tramita.base.paths import POLICIES_DIR, ROOT, SAMPLE_DIR
+from tramita.base.policyfile import PolicyError
+from tramita.core.extraction import gazetteer
 
 TODAY = date(2026, 5, 15)
 NOW = datetime(2026, 5, 15, 10, 30, 0)
@@ -566,6 +569,54 @@ def test_resolve_reference(sqlite_engine: Engine) -> None:
     missing = resolve_reference("employee", "Fulano de Tal", sqlite_engine)
     assert isinstance(missing, ToolError) and missing.code == "NOT_FOUND"
     assert missing.message_pt == "Não encontrei colaborador com o id Fulano de Tal."
+
+
+def test_reference_resolver_reads_its_kinds_from_the_policy_file(sqlite_engine: Engine) -> None:
+    """One resolver, kinds from policies/references.yaml: a person's name and a team's English name."""
+    kinds = load_references().kinds
+    assert kinds["employee"].reference == "employees.employee_id" and kinds["team"].labels == ["name", "name_en"]
+    assert resolve_reference("employee", "lucas oliveira", sqlite_engine) == "E047"
+    assert resolve_reference("team", "Site Reliability Engineering", sqlite_engine) == "T06"
+    assert resolve_reference("team", "Payments", sqlite_engine) == "T03"
+    teams = {c.id: c for c in reference_candidates("team", sqlite_engine)}
+    assert teams["T04"].label == "Dados" and {"T04", "Dados", "Data & Analytics"} <= set(teams["T04"].names)
+    services = {c.id: c for c in reference_candidates("service", sqlite_engine)}
+    assert "expense portal" in services["expense-portal"].names  # the id with - read as a space
+    # the extraction gazetteer is built from the same lookups, for the same kinds
+    gaz = gazetteer(sqlite_engine)
+    assert set(gaz) == set(kinds)
+    assert ("lucas oliveira", "E047") in gaz["employee"] and ("payments", "T03") in gaz["team"]
+    with pytest.raises(PolicyError, match=r"references\.yaml: no reference kind 'person'; kinds: employee, service, team"):
+        resolve_reference("person", "Lucas Oliveira", sqlite_engine)
+
+
+def test_reference_queries_quote_validated_identifiers() -> None:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    kind = ReferenceKind(table="order", id="select", labels=["Label", "plain"])
+    for dialect in (sqlite.dialect(), postgresql.dialect()):
+        sql = str(kind.query().compile(dialect=dialect))
+        assert '"order"' in sql and '"select"' in sql and '"Label"' in sql and ".plain" in sql
+    for bad in ["employees; DROP TABLE x", "1st", "a.b", "nome com espaço", ""]:
+        with pytest.raises(ValueError, match="not a plain SQL identifier"):
+            ReferenceKind(table=bad, id="id", labels=["name"])
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("kinds:\n  employee: {table: employees, id: \"employee_id; DROP TABLE employees\", labels: [full_name]}\n",
+     "field kinds.employee.id: Value error, 'employee_id; DROP TABLE employees' is not a plain SQL identifier"),
+    ("kinds:\n  team: {table: teams, id: team_id, label: [name]}\n", "field kinds.team.label: Extra inputs"),
+    ("kinds:\n  team: {table: teams, id: team_id, labels: []}\n", "field kinds.team.labels:"),
+    ("kinds:\n  team: {table: teams, id: team_id, labels: [name, \"name en\"]}\n", "field kinds.team.labels"),
+    ("kinds:\n  Team: {table: teams, id: team_id, labels: [name]}\n", "field kinds: Value error, kind names must be snake_case"),
+    ("kinds: {team: {table: teams, id: team_id, labels: [name]}\n", "malformed YAML (line "),
+])
+def test_malformed_references_file_names_file_and_field(tmp_path: Path, content: str, expected: str) -> None:
+    path = tmp_path / "references.yaml"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_references(path)
+    assert str(err.value).startswith(f"{path}: ") and expected in str(err.value), str(err.value)
 
 
 def test_prepare_and_validate_param(sqlite_engine: Engine) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers_graph import audit_rows, drive, scripted_session
+from helpers_graph import audit_rows, copy_settings, drive, scripted_session
 
-from tramita.evaluation.conversations import ConversationResult, load_items, run_item
-from tramita.evaluation.facts import fact_in
-from tramita.paths import SAMPLE_DIR
-from tramita.text import fold
+from tramita.base.paths import SAMPLE_DIR
+from tramita.base.settings import Settings
+from tramita.base.text import fold
+from tramita.lab.evaluation.conversations import ConversationResult, load_items, run_item
+from tramita.lab.evaluation.facts import fact_in
 
 ITEMS = load_items(SAMPLE_DIR / "conversations.dev.jsonl")
 REAL_MODEL_ITEMS = ["c-dev-001", "c-dev-006", "c-dev-011"]
@@ -36,19 +36,16 @@ def _shared_models(pristine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def stores(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Graph and documents from the pristine dir (read-only); run_item copies the SQL database
-    itself. The variables run_item sets are registered here so they are restored afterwards."""
-    from tramita.runtime import reset_services
+def stores(pristine: Path) -> Path:
+    """The pristine dataset that run_item copies for each conversation (never written)."""
+    return pristine / "novaops.db"
 
-    monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("TRAMITA_SQL_URL", f"sqlite:///{tmp_path / 'unused.db'}")
-    monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
-    monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(pristine / "chroma"))
-    monkeypatch.setenv("TRAMITA_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'checkpoints.db'}")
-    monkeypatch.setenv("TRAMITA_TODAY", "2026-05-15")
-    yield pristine / "novaops.db"
-    reset_services()
+
+@pytest.fixture
+def settings(pristine: Path, tmp_path: Path) -> Settings:
+    """Graph and documents from the pristine dir (read-only), the scripted model; run_item
+    replaces the SQL and checkpoint URLs with its own copies."""
+    return copy_settings(pristine, tmp_path, tmp_path / "unused.db")
 
 
 def explain(result: ConversationResult) -> str:
@@ -60,8 +57,8 @@ def explain(result: ConversationResult) -> str:
 
 
 @pytest.mark.parametrize("item", ITEMS, ids=[i["id"] for i in ITEMS])
-def test_dev_conversation_scripted(item: dict[str, Any], stores: Path, tmp_path: Path) -> None:
-    result = run_item(item, stores, tmp_path / "run", backend="scripted")
+def test_dev_conversation_scripted(item: dict[str, Any], stores: Path, settings: Settings, tmp_path: Path) -> None:
+    result = run_item(item, stores, tmp_path / "run", settings)
     assert result.ok, explain(result)
     assert result.unconfirmed_writes == 0
     assert len(result.turns) == len(item["turns"])
@@ -74,12 +71,12 @@ def test_dev_set_is_the_one_documented() -> None:
     assert {i["id"] for i in ITEMS} >= set(REAL_MODEL_ITEMS)
 
 
-def test_a_failing_expectation_is_reported(stores: Path, tmp_path: Path) -> None:
+def test_a_failing_expectation_is_reported(stores: Path, settings: Settings, tmp_path: Path) -> None:
     """The runner can fail: the same conversation with a wrong expected status is not ok."""
     item = dict(next(i for i in ITEMS if i["id"] == "c-dev-001"))
     turns = [dict(t, expect=dict(t["expect"])) for t in item["turns"]]
     turns[1]["expect"]["status_after"] = "collecting"
-    result = run_item({**item, "turns": turns}, stores, tmp_path / "run", backend="scripted")
+    result = run_item({**item, "turns": turns}, stores, tmp_path / "run", settings)
     assert not result.ok and result.failed_checks() == ["turn2.status_after"]
 
 
@@ -87,9 +84,9 @@ def test_a_failing_expectation_is_reported(stores: Path, tmp_path: Path) -> None
 @pytest.mark.real_model
 @pytest.mark.slow
 @pytest.mark.parametrize("item_id", REAL_MODEL_ITEMS)
-def test_dev_conversation_real_model(item_id: str, stores: Path, tmp_path: Path) -> None:
+def test_dev_conversation_real_model(item_id: str, stores: Path, settings: Settings, tmp_path: Path) -> None:
     item = next(i for i in ITEMS if i["id"] == item_id)
-    result = run_item(item, stores, tmp_path / "run", backend="local")
+    result = run_item(item, stores, tmp_path / "run", settings.with_profile("local"))
     assert result.ok, explain(result)
     assert result.unconfirmed_writes == 0
 
@@ -118,7 +115,7 @@ def test_real_model_sql_question_and_synthesis(novaops: Path) -> None:
     with scripted_session(llm_backend="local") as s:
         r = s.turn("q", "Quantas despesas estão pendentes de aprovação neste momento?")
     assert r.status == "idle" and r.transaction is None and r.trace["executed_tool"] is None
-    assert r.plan and r.plan["use_sql"], r.plan
+    assert r.plan and "sql" in r.plan["backends"], r.plan
     sql = [c for c in r.contexts or [] if c.get("backend") == "sql"]
     assert sql and not sql[0].get("error"), r.contexts
     assert "expenses" in sql[0]["query"].lower() and sql[0]["rows"], sql[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tramita.cli import main
+from tramita.shell.cli import main
 
 
 def test_demo_shows_every_backend_and_one_audited_write(novaops: Path, capsys: pytest.CaptureFixture[str]) -> None:

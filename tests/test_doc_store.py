@@ -23,7 +23,7 @@ from tools.doc_store import (
     recall_at_k,
     reciprocal_rank_fusion,
 )
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 DOCS = SAMPLE_DIR / "docs"
 N_DOCS = 21

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tramita.cli import main
-from tramita.evaluation.facts import fact_in
-from tramita.evaluation.questions import cell_matches, cypher_is_ordered, results_match, sql_is_ordered
-from tramita.evaluation.runner import Checkpoint, EvalSetupError, read_items
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
+from tramita.lab.evaluation.facts import fact_in
+from tramita.lab.evaluation.questions import cell_matches, cypher_is_ordered, results_match, sql_is_ordered
+from tramita.lab.evaluation.runner import Checkpoint, EvalSetupError, read_items
+from tramita.shell.cli import main
 
 CONVERSATIONS = SAMPLE_DIR / "conversations.dev.jsonl"
 QUESTIONS = SAMPLE_DIR / "questions.dev.jsonl"
@@ -26,14 +26,16 @@ QUESTIONS = SAMPLE_DIR / "questions.dev.jsonl"
 
 @pytest.fixture
 def eval_env(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Stores from the ingested pristine dir (read-only), everything written under tmp_path."""
-    from tramita.runtime import reset_services
+    """The deployment the CLI reads at start-up: stores from the ingested pristine dir (read-only),
+    everything written under tmp_path. The eval hands its Settings to every item explicitly."""
+    from tools.services import reset_services
 
     monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
     monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(pristine / "chroma"))
     monkeypatch.delenv("TRAMITA_SQL_URL", raising=False)
-    # the eval command sets these two for its run; registering them restores them afterwards
+    # the CLI's global flags (--profile, --today) become these at start-up; registering them
+    # restores them afterwards
     monkeypatch.setenv("TRAMITA_LLM", "scripted")
     monkeypatch.setenv("TRAMITA_TODAY", "2026-05-15")
     reset_services()
@@ -66,7 +68,7 @@ def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
     assert [r["id"] for r in first] == ["c-dev-001", "c-dev-014"]
 
     # `--peers` compares these very records with the ReAct agent: the peers' shape keeps the facts
-    from tramita.evaluation.peers import conversation_record, summarize_records
+    from tramita.lab.evaluation.peers import conversation_record, summarize_records
 
     items = {i["id"]: i for i in read_items(CONVERSATIONS, "conversations")}
     shaped = [conversation_record(r, items[r["id"]]) for r in first]
@@ -83,7 +85,7 @@ def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
     assert [r["id"] for r in lines] == ["c-dev-001", "c-dev-014", "c-dev-002"]
     assert lines[:2] == first
     assert _report(out)["summary"]["items"] == 3
-    assert "TRAMITA_SQL_URL" not in os.environ  # item copies do not leak into the caller
+    assert "TRAMITA_SQL_URL" not in os.environ  # item copies are Settings, never the caller's environment
 
     # a resumed run must not mix profiles into one report
     assert main(["--profile", "local", "eval", "conversations", str(CONVERSATIONS), "--out", str(out)]) == 1
@@ -103,7 +105,7 @@ def test_eval_questions_smoke(eval_env: Path) -> None:
     assert s["backends"]["refusal_accuracy"] == 1.0
     assert s["items_that_changed_data"] == 0
     by_id = {r["id"]: r for r in report["items"]}
-    assert by_id["q-dev-001"]["sql"]["correct"] is True and by_id["q-dev-001"]["plan"]["use_sql"] is True
+    assert by_id["q-dev-001"]["sql"]["correct"] is True and "sql" in by_id["q-dev-001"]["plan"]["backends"]
     assert by_id["q-dev-038"]["checks"] == {"must_refuse": True}
     assert s["llm_calls_per_turn"]["p50"] is not None
 
@@ -147,7 +149,7 @@ def test_eval_with_peers_compares_the_same_items_in_one_command(eval_env: Path) 
 
 
 def test_a_worker_that_dies_fails_only_its_item(eval_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real SIGKILL (tramita.faults crash point after the business write commits) in one worker:
+    """A real SIGKILL (tramita.base.faults crash point after the business write commits) in one worker:
     that item is recorded as crashed, the other finishes, the run ends normally."""
     monkeypatch.setenv("TRAMITA_CRASH_AT", "after_commit")
     out = eval_env / "crash"
@@ -175,7 +177,10 @@ def test_bad_input_names_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         read_items(CONVERSATIONS, "conversations", ids=["c-dev-001", "nope"])
     assert [i["id"] for i in read_items(QUESTIONS, "questions", limit=2)] == ["q-dev-001", "q-dev-002"]
     assert main(["--profile", "scripted", "eval", "conversations", str(bad), "--out", str(tmp_path / "o")]) == 1
-    assert main(["--profile", "nosuch", "eval", "questions", str(QUESTIONS), "--out", str(tmp_path / "o")]) == 1
+    # an unknown profile: the eval's own --profile fails when the eval starts (1), the global one at
+    # the CLI's start-up (2)
+    assert main(["eval", "questions", str(QUESTIONS), "--profile", "nosuch", "--out", str(tmp_path / "o")]) == 1
+    assert main(["--profile", "nosuch", "eval", "questions", str(QUESTIONS), "--out", str(tmp_path / "o")]) == 2
 
 
 def test_checkpoint_survives_a_cut_line(tmp_path: Path) -> None:
@@ -190,8 +195,8 @@ def test_checkpoint_survives_a_cut_line(tmp_path: Path) -> None:
 
 
 def test_a_crashed_question_fails_every_check_it_asks_for() -> None:
-    from tramita.evaluation.questions import summarize
-    from tramita.evaluation.runner import crashed_record
+    from tramita.lab.evaluation.questions import summarize
+    from tramita.lab.evaluation.runner import crashed_record
 
     items = read_items(QUESTIONS, "questions", ids=["q-dev-030", "q-dev-038"])
     records = [crashed_record("questions", it, "worker process died (exit code -6)") for it in items]

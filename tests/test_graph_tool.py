@@ -36,7 +36,7 @@ from tools.graph_tool import (
     bolt_driver,
     parse_graph_url,
 )
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 
 def readme_graph_counts() -> dict[str, int]:

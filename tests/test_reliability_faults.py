@@ -17,6 +17,7 @@ confirmed write happens exactly once. A read-only business database refuses the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -27,11 +28,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_graph import TODAY, db_changes, db_snapshot
-from pgcluster import PgCluster, start_cluster
 
-from tramita.faultmodels import FAULTS
-from tramita.hostile import capture_logs
-from tramita.reliability import (
+from tramita.base.settings import Settings
+from tramita.lab.faultmodels import FAULTS
+from tramita.lab.hostile import capture_logs
+from tramita.lab.pgcluster import PgCluster, start_cluster
+from tramita.lab.reliability import (
     BACKEND_FAULTS,
     FAULT_QUESTIONS,
     GAP_OF,
@@ -45,17 +47,24 @@ from tramita.reliability import (
 REASON_TURN, ROUTER_TURN, QUESTION_TURN = MODEL_FAULT_TURNS[4], MODEL_FAULT_TURNS[6], MODEL_FAULT_TURNS[8]
 
 
+@pytest.fixture(autouse=True)
+def _shared_models(pristine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model files live with the pristine data dir (or TRAMITA_MODELS_DIR): the runs here name
+    their stores explicitly and leave the data directory, where the models would otherwise go, alone."""
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", os.environ.get("TRAMITA_MODELS_DIR") or str(pristine / "models"))
+
+
 def _llm_failed_prefix() -> str:
-    from tramita.replies import say
+    from tramita.core.replies import say
 
     return say("llm_failed", "pt", error="").split("(")[0].strip()
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_model_fault(fault: str, novaops: Path) -> None:
+def test_model_fault(fault: str, novaops: Path, novaops_settings: Settings) -> None:
     before = db_snapshot(novaops)
     with capture_logs() as logs:
-        result = run_model_fault(fault)
+        result = run_model_fault(fault, novaops_settings)
     turns = {t["text"]: t for t in result["turns"]}
     assert result["survived"], json.dumps(result["turns"], ensure_ascii=False, indent=1)
     assert all(t["executed"] is None for t in result["turns"])
@@ -90,7 +99,9 @@ def test_model_fault(fault: str, novaops: Path) -> None:
 
 @pytest.mark.parametrize("kind", BACKEND_FAULTS)
 def test_backend_fault(kind: str, pristine: Path, tmp_path: Path) -> None:
-    result = run_backend_fault(kind, pristine, tmp_path)
+    from tramita.shell.doctor import checks
+
+    result = run_backend_fault(kind, pristine, tmp_path, doctor=checks)
     assert result["survived"], json.dumps({k: result[k] for k in ("checks", "turns", "doctor")}, ensure_ascii=False,
                                           indent=1, default=str)
     turns = {t["text"]: t for t in result["turns"]}
@@ -139,32 +150,22 @@ def own_cluster() -> Iterator[PgCluster]:
         shutil.rmtree(cluster.root, ignore_errors=True)
 
 
-def _env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    from tramita.runtime import reset_services
-
-    for k, v in values.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("TRAMITA_CRASH_AT", raising=False)
-    reset_services()
-
-
 @pytest.mark.postgres
 def test_postgres_restart_mid_conversation(own_cluster: PgCluster, pristine: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from graph.builder import compile_graph
-    from tramita.runtime import reset_services
-    from tramita.server import TurnServer, create_app, open_server_checkpointer, serve_in_thread
+    from graph.checkpointer import open_checkpointer
+    from tools.services import Services
+    from tramita.shell.server import TurnServer, create_app, serve_in_thread
 
     stores = prepare_stores(own_cluster.url, pristine, tmp_path, prefix="restart")
-    _env(monkeypatch, {**stores.env(), "TRAMITA_LLM": "scripted", "TRAMITA_TODAY": TODAY,
-                       "TRAMITA_DATA_DIR": str(tmp_path / "data")})
-    try:
-        with open_server_checkpointer(stores.checkpoint_url) as saver:
-            app = create_app(TurnServer(compile_graph(checkpointer=saver), server_id="a", backend="scripted"))
-            with serve_in_thread(app) as url:
-                out = restart_mid_conversation([url], stores.business_url, own_cluster.stop, own_cluster.start)
-    finally:
-        reset_services()
+    services = Services(stores.settings(tmp_path / "data"))
+    monkeypatch.setenv("TRAMITA_TODAY", TODAY)  # the server's per-request Context takes "today" from it
+    monkeypatch.delenv("TRAMITA_CRASH_AT", raising=False)
+    with open_checkpointer(stores.checkpoint_url) as saver:
+        app = create_app(TurnServer(compile_graph(checkpointer=saver), server_id="a", services=services))
+        with serve_in_thread(app) as url:
+            out = restart_mid_conversation([url], stores.business_url, own_cluster.stop, own_cluster.start)
     assert out["before"]["status"] == "awaiting_confirmation"
     assert out["during"]["http"] == 503 and "unavailable" in out["during"]["error"], out["during"]
     assert out["after"]["attempts"] == 1, out["after"]  # the next turn succeeds
@@ -178,17 +179,18 @@ def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: 
     """A business database that turned read-only (a standby, default_transaction_read_only):
     questions are answered, the confirmed write fails with a clear message and stays pending, doctor
     says so; once writable again the same confirmation writes exactly once."""
+    import dataclasses
+
     import psycopg
 
     from graph.context import Context
-    from tramita.doctor import checks
-    from tramita.runtime import reset_services
-    from tramita.session import open_session
-    from tramita.settings import Settings
+    from graph.session import open_session
+    from tools.services import Services
+    from tramita.shell.doctor import checks
 
     stores = prepare_stores(own_cluster.url, pristine, tmp_path, prefix="readonly")
-    _env(monkeypatch, {**stores.env(), "TRAMITA_CHECKPOINT_URL": f"sqlite:///{tmp_path / 'ckpt.db'}",
-                       "TRAMITA_TODAY": TODAY, "TRAMITA_DATA_DIR": str(tmp_path / "data")})
+    settings = dataclasses.replace(stores.settings(tmp_path / "data"), checkpoint_url=f"sqlite:///{tmp_path / 'ckpt.db'}")
+    monkeypatch.delenv("TRAMITA_CRASH_AT", raising=False)
     name = stores.business_url.rsplit("/", 1)[1]
 
     def read_only(on: bool) -> None:
@@ -197,13 +199,13 @@ def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: 
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
 
     try:
-        with open_session(Context(user_id="E006", today=TODAY, llm_backend="scripted")) as session:
+        with open_session(Context(user_id="E006", today=TODAY, services=Services(settings))) as session:
             assert session.turn("ro", "aprova a EXP-0264").status == "awaiting_confirmation"
             read_only(True)
             r = session.turn("ro", "sim")
             assert r.trace.get("executed_tool") is None and r.status == "awaiting_confirmation"
             assert "read-only" in r.answer
-            doctor = {n: (ok, fix) for n, ok, _, fix in checks(Settings.from_env())}
+            doctor = {n: (ok, fix) for n, ok, _, fix in checks(settings)}
             assert doctor["SQL writes (business tools)"][0] is False and doctor["SQL writes (business tools)"][1]
             assert doctor["SQL database"][0] is True
             q = session.turn("ro-q", "quantas despesas estão pendentes?")
@@ -214,7 +216,6 @@ def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: 
             assert r.trace.get("executed_tool") == "approve_expense"
     finally:
         read_only(False)
-        reset_services()
     with psycopg.connect(stores.business_url) as conn:
         n = conn.execute("SELECT COUNT(*) FROM audit_log WHERE target_id = 'EXP-0264'").fetchone()
     assert n is not None and n[0] == 1

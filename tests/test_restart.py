@@ -3,7 +3,7 @@
 Turns run in child processes (tests/helpers_graph.py as a script) on the scripted backend, with the
 checkpointer in a file (SqliteSaver) or in PostgreSQL (PostgresSaver) and the business data in a
 fresh SQLite copy. A process is killed with SIGKILL — by the test after turn 1, or by itself at a
-`tramita.faults` crash point — and a fresh process finishes the conversation on the same thread.
+`tramita.base.faults` crash point — and a fresh process finishes the conversation on the same thread.
 The database must then show exactly what happened: one write and one audit row, never two.
 """
 
@@ -30,7 +30,7 @@ from helpers_graph import (
     scalar,
 )
 
-from tramita.faults import POINTS
+from tramita.base.faults import POINTS
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ import pytest
 
 from graph import routers
 from graph.state import State, TurnTrace, add_contexts, add_notices, merge_trace
-from tramita.lexicon import classify, has_correction_cue, mentions_cancel
-from tramita.paths import SAMPLE_DIR
-from tramita.safety import screen
-from tramita.text import MAX_MESSAGE_CHARS, clean, detect_language, fold, is_question, words
+from tramita.base.paths import SAMPLE_DIR
+from tramita.base.text import MAX_MESSAGE_CHARS, clean, detect_language, fold, is_question, words
+from tramita.core.lexicon import classify, has_correction_cue, mentions_cancel
+from tramita.core.safety import screen
 
 
 def st(**values: Any) -> State:
@@ -52,45 +52,24 @@ def test_after_select_intent(kind: str | None, expected: str) -> None:
     assert routers.after_select_intent(state) == expected
 
 
-@pytest.mark.parametrize(("intent", "step", "expected"), [
-    ({"kind": "shift"}, None, "intent_shift"),
-    ({"kind": "shift"}, "ready", "intent_shift"),  # filled nothing: the shift check wins
-    ({"kind": "tool", "tool": "get_ticket_status"}, "ready", "execute_tool"),
-    (None, "ready", "execute_tool"),
-    ({"kind": "tool"}, "ask", "respond"),
-    ({"kind": "tool"}, "confirm", "respond"),
-    (None, None, "respond"),
-])
-def test_after_collect(intent: dict[str, Any] | None, step: str | None, expected: str) -> None:
-    assert routers.after_collect(st(intent=intent, step=step)) == expected
-
-
-@pytest.mark.parametrize(("kind", "expected"), [
-    ("confirm", "execute_tool"), ("cancel", "cancel"), ("shift", "intent_shift"), ("correction", "respond"),
-    ("none", "respond"), (None, "respond"),
-])
-def test_after_confirmation(kind: str | None, expected: str) -> None:
-    assert routers.after_confirmation(st(intent={"kind": kind} if kind else None)) == expected
-
-
-@pytest.mark.parametrize(("kind", "expected"), [
-    ("cancel", "cancel"), ("tool", "collect_parameters"), ("question", "plan"), ("refuse", "refuse"),
-    ("none", "respond"), ("confirm", "respond"), (None, "respond"),
-])
-def test_after_intent_shift(kind: str | None, expected: str) -> None:
-    assert routers.after_intent_shift(st(intent={"kind": kind} if kind else None)) == expected
-
-
 ROUTERS: dict[str, Callable[[State], str]] = {
     "route_turn": routers.after_route_turn, "select_intent": routers.after_select_intent,
-    "collect_parameters": routers.after_collect, "await_confirmation": routers.after_confirmation,
-    "intent_shift": routers.after_intent_shift,
 }
 
 
-def test_every_router_target_is_an_edge_of_the_compiled_graph() -> None:
-    """The Literal each router declares is exactly the set of edges the builder draws from its node."""
+def _command_targets(fn: Callable[..., Any]) -> set[str]:
+    """The Literal inside a node's `Command[Literal[...]]` return annotation."""
+    ret = typing.get_type_hints(fn)["return"]
+    (lit,) = typing.get_args(ret)
+    return set(typing.get_args(lit))
+
+
+def test_every_router_and_command_target_is_an_edge_of_the_compiled_graph() -> None:
+    """The Literal each router or Command node declares is exactly the set of edges drawn from it."""
     from graph.builder import compile_graph
+    from nodes.await_confirmation import await_confirmation
+    from nodes.collect_parameters import collect_parameters
+    from nodes.intent_shift import intent_shift
 
     drawn = compile_graph().get_graph()
     edges: dict[str, set[str]] = {}
@@ -100,6 +79,20 @@ def test_every_router_target_is_an_edge_of_the_compiled_graph() -> None:
         declared = set(typing.get_args(typing.get_type_hints(fn)["return"]))
         assert declared, node
         assert edges[node] == declared, node
+    commands = {"collect_parameters": collect_parameters, "await_confirmation": await_confirmation,
+                "intent_shift": intent_shift}
+    assert _command_targets(collect_parameters) == {"execute_tool", "intent_shift", "respond"}
+    assert _command_targets(await_confirmation) == {"execute_tool", "cancel", "intent_shift", "respond"}
+    assert _command_targets(intent_shift) == {"cancel", "collect_parameters", "plan", "refuse", "respond"}
+    for node, fn in commands.items():
+        assert edges[node] == _command_targets(fn), node
+
+
+def test_intent_is_a_classification_only() -> None:
+    from graph.state import Intent, IntentKind
+
+    assert set(typing.get_args(IntentKind)) == {"tool", "question", "none", "refuse"}
+    assert typing.get_type_hints(Intent)["kind"] == IntentKind
 
 
 # ----------------------------------------------------------------------------- reducers

@@ -17,9 +17,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pgcluster import PgCluster
-
-from tramita.reliability import (
+from tramita.lab.pgcluster import PgCluster
+from tramita.lab.reliability import (
     audit_base,
     dialog,
     fetch_states,

@@ -21,7 +21,7 @@ from ingest.sql_loader import (
     table_counts,
 )
 from tools.database import DatabaseUnavailable, normalize_url
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 
 def readme_counts() -> dict[str, int]:
@@ -135,7 +135,7 @@ def test_copy_sqlite_is_independent(tmp_path: Path, sqlite_url: str) -> None:
 
 
 def test_unreachable_postgres_is_reported() -> None:
-    from pgcluster import free_port
+    from tramita.lab.pgcluster import free_port
 
     with pytest.raises(DatabaseUnavailable):
         load_sql(f"postgresql://postgres@127.0.0.1:{free_port()}/novaops", progress=False)

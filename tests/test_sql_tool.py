@@ -16,14 +16,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from pgcluster import PgCluster, free_port
 
 from ingest.sql_loader import ensure_readonly_role, load_sql
 from tools.database import DatabaseUnavailable
 from tools.sql_schema import dataset_tables, link_schema, load_synonyms
 from tools.sql_tool import SQLExecutionError, SQLTool, UnsafeSQLError
 from tools.sql_values import ValueIndex
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
+from tramita.lab.pgcluster import PgCluster, free_port
 
 TABLES = dataset_tables()
 

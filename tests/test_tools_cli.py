@@ -1,4 +1,4 @@
-"""`tramita tools list|show|enable|disable|grant|revoke|add|sync` through `tramita.cli.main`, on a
+"""`tramita tools list|show|enable|disable|grant|revoke|add|sync` through `tramita.shell.cli.main`, on a
 temporary data directory (SQLite copy of the dataset, its own Chroma directory, real e5 vectors).
 
 The registry embeds with the real e5 model; `MemoE5` only remembers each text's vector for the
@@ -21,8 +21,8 @@ from ingest.sql_loader import copy_sqlite, load_sql
 from tools.database import writer_engine
 from tools.registry import Registry
 from tools.registry_models import load_tool_file
-from tramita.cli import main
-from tramita.paths import POLICIES_DIR
+from tramita.base.paths import POLICIES_DIR
+from tramita.shell.cli import main
 
 TOOLS_YAML = POLICIES_DIR / "tools.yaml"
 SPECS = {t.name: t for t in load_tool_file(TOOLS_YAML).tools}
@@ -111,7 +111,7 @@ def fresh(tmp_path: Path, template_db: Path, e5: MemoE5, monkeypatch: pytest.Mon
           capsys: pytest.CaptureFixture[str]) -> Iterator[Cli]:
     """A data directory with the dataset and no registry yet; the CLI's services point at it."""
     import tools.embeddings
-    from tramita.runtime import reset_services
+    from tools.services import reset_services
 
     cli = Cli(tmp_path, capsys)
     copy_sqlite(template_db, cli.db)
@@ -182,8 +182,9 @@ def test_sync_version_bump_then_stale_file(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_list_marks_state_permission_group_and_filters(cli: Cli) -> None:
-    rows = cli.listing()
-    assert set(rows) == set(SPECS)
+    anonymous = cli.listing()  # no --user and no TRAMITA_USER: an anonymous user, who may use no tool
+    assert set(anonymous) == set(SPECS) and all(" ✗ " in row for row in anonymous.values())
+    rows = cli.listing("--user", "E006")
     approve = rows["approve_expense"]
     assert approve.startswith("● approve_expense") and " ✓ " in approve  # E006 is a finance approver
     assert "[finance]" in approve and approve.endswith("v1") and "Aprovar despesa pendente" in approve

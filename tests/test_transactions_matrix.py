@@ -3,7 +3,7 @@
 Every state (idle, collecting, awaiting_confirmation) is reached by driving real turns as E006, then
 one message of each kind is sent. Each case checks the next state (status, tool, argument subset),
 what executed (trace.executed_tool), the database diff (only the expected rows change), and the LLM
-budget from the per-turn trace. Further tests cover the rules DESIGN.md lists beyond the matrix:
+budget from the per-turn trace. Further tests cover the rules docs/architecture.md lists beyond the matrix:
 confirmation bound to the argument hash, digressions, clean intent shifts, the re-prompt limit,
 TTL expiry and a tool disabled mid-conversation.
 """
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_graph import audit_rows, db_changes, db_snapshot, drive, expense_status, scripted_session
 
-from tramita.replies import _replies
-from tramita.text import fold
+from tramita.base.text import fold
+from tramita.core.replies import _replies
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +37,8 @@ def _shared_models(pristine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def session(novaops: Path) -> Iterator[Any]:
-    with scripted_session() as s:
+def session(novaops_services: Any) -> Iterator[Any]:
+    with scripted_session(services=novaops_services) as s:
         yield s
 
 
@@ -392,7 +392,7 @@ def test_transaction_within_ttl_is_kept(session: Any, novaops: Path) -> None:
 
 @pytest.mark.parametrize("how", ["idle-past-ttl", "next-day"])
 def test_transaction_past_ttl_expires(session: Any, novaops: Path, how: str) -> None:
-    from tramita.session import Session
+    from graph.session import Session
 
     drive(session, "t", ["aprova a EXP-0264"])
     runner = session
@@ -408,7 +408,7 @@ def test_transaction_past_ttl_expires(session: Any, novaops: Path, how: str) -> 
 
 
 def test_short_ttl_from_context(session: Any, novaops: Path) -> None:
-    from tramita.session import Session
+    from graph.session import Session
 
     drive(session, "t", ["aprova a EXP-0264"])
     _age(session, 2)
@@ -422,10 +422,9 @@ def test_short_ttl_from_context(session: Any, novaops: Path) -> None:
                          ids=["awaiting", "collecting"])
 def test_disabling_the_tool_cancels_the_pending_transaction(session: Any, novaops: Path, setup: list[str],
                                                             reply: str) -> None:
-    from tramita.runtime import services
-
+    registry = session.context.svc.registry  # the session's own services
     drive(session, "t", setup)
-    services().registry.set_enabled("approve_expense", False)
+    registry.set_enabled("approve_expense", False)
     r = session.turn("t", reply)
     assert r.trace["executed_tool"] is None
     # the pending approval is gone (a bare id may then be read as a new request for another tool)
@@ -436,5 +435,5 @@ def test_disabling_the_tool_cancels_the_pending_transaction(session: Any, novaop
     # a new request for the disabled tool does not start it either
     r = session.turn("t", "aprova a EXP-0264")
     assert (r.transaction or {}).get("tool") != "approve_expense" and r.trace["executed_tool"] is None
-    services().registry.set_enabled("approve_expense", True)
+    registry.set_enabled("approve_expense", True)
     assert drive(session, "t", ["aprova a EXP-0264", "sim"])[-1].trace["executed_tool"] == "approve_expense"

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from tools.cypher_guard import UnsafeCypherError, inline_parameters, validate_cypher
-from tramita.paths import PROMPTS_DIR, SAMPLE_DIR
+from tramita.base.paths import PROMPTS_DIR, SAMPLE_DIR
 
 if TYPE_CHECKING:
     import ladybug

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.registry_models import load_model
-from tramita.logmask import get_logger
-from tramita.paths import POLICIES_DIR
-from tramita.prompts import split
+from tramita.base.logmask import get_logger
+from tramita.base.paths import POLICIES_DIR
+from tramita.base.prompts import split
 
 log = get_logger("tramita")
 
@@ -37,7 +38,7 @@ class LLMError(RuntimeError):
 
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    provider: Literal["llamacpp", "openai", "scripted"]
+    provider: str  # a key of PROVIDERS; checked when the file is loaded
     model: str
     model_env: str | None = None
     base_url_env: str | None = None
@@ -68,11 +69,27 @@ def profiles() -> ProfilesFile:
     unknown = [f"{c}.backend={p.backend}" for c, p in pf.components.items() if p.backend not in pf.backends]
     if missing or unknown:
         raise ValueError(f"{path}: field components: missing {missing}, unknown backends {unknown}")
+    bad = [f"backends.{n}.provider={b.provider!r}" for n, b in pf.backends.items() if b.provider not in PROVIDERS]
+    if bad:
+        raise ValueError(f"{path}: field {', '.join(bad)}: unknown provider; choose one of {', '.join(sorted(PROVIDERS))}")
     return pf
 
 
 def backend_names() -> list[str]:
+    """The LLM profiles a deployment may choose (`--profile`, `TRAMITA_LLM`, `Context.llm_backend`)."""
     return sorted(profiles().backends)
+
+
+class UnknownProfile(ValueError):
+    """A profile name that `policies/llm_profiles.yaml` does not define."""
+
+
+def check_profile(name: str) -> str:
+    """`name` if it is a defined profile (or a model installed with `override_model`); otherwise fail
+    at once, naming the valid ones."""
+    if name not in profiles().backends and name not in _overrides:
+        raise UnknownProfile(f"unknown LLM profile {name!r}; valid profiles: {', '.join(backend_names())}")
+    return name
 
 
 @dataclass
@@ -105,32 +122,48 @@ def override_model(backend: str, model: BaseChatModel | None) -> None:
         _overrides[backend] = model
 
 
-@lru_cache(maxsize=32)
-def _build(component: str, backend_name: str) -> BaseChatModel:
-    pf = profiles()
-    prof = pf.components[component]
-    if backend_name not in pf.backends:
-        raise LLMError(f"unknown LLM backend {backend_name!r}; choose one of {', '.join(sorted(pf.backends))}")
-    spec = pf.backends[backend_name]
-    if spec.provider == "llamacpp":
-        from tools.llamacpp_chat import ChatLlamaCppShared
-        from tools.model_assets import gguf_path
+def _llamacpp(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
+    from tools.llamacpp_chat import ChatLlamaCppShared
+    from tools.model_assets import gguf_path
 
-        return ChatLlamaCppShared(model_path=str(gguf_path(spec.model)), n_ctx=spec.n_ctx, n_threads=spec.n_threads,
-                                  temperature=prof.temperature, max_tokens=prof.max_tokens,
-                                  timeout_seconds=prof.timeout_seconds)
-    if spec.provider == "openai":
-        from langchain.chat_models import init_chat_model
+    return ChatLlamaCppShared(model_path=str(gguf_path(spec.model)), n_ctx=spec.n_ctx, n_threads=spec.n_threads,
+                              temperature=prof.temperature, max_tokens=prof.max_tokens,
+                              timeout_seconds=prof.timeout_seconds)
 
-        model = os.environ.get(spec.model_env or "", "") or spec.model
-        base_url = os.environ.get(spec.base_url_env or "", "") or None
-        api_key = os.environ.get(spec.api_key_env or "", "") or "not-needed"
-        return init_chat_model(model, model_provider="openai", base_url=base_url, api_key=api_key,
-                               temperature=prof.temperature, max_tokens=prof.max_tokens,
-                               timeout=prof.timeout_seconds, max_retries=0)
+
+def _openai(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
+    from langchain.chat_models import init_chat_model
+
+    model = os.environ.get(spec.model_env or "", "") or spec.model
+    base_url = os.environ.get(spec.base_url_env or "", "") or None
+    api_key = os.environ.get(spec.api_key_env or "", "") or "not-needed"
+    chat: BaseChatModel = init_chat_model(model, model_provider="openai", base_url=base_url, api_key=api_key,
+                                          temperature=prof.temperature, max_tokens=prof.max_tokens,
+                                          timeout=prof.timeout_seconds, max_retries=0)
+    return chat
+
+
+def _scripted(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
     from tools.scripted_model import ScriptedChatModel
 
     return ScriptedChatModel()
+
+
+# The one place an LLM provider plugs in: a name in llm_profiles.yaml's `provider` -> a factory.
+PROVIDERS: dict[str, Callable[[BackendSpec, ComponentProfile], BaseChatModel]] = {
+    "llamacpp": _llamacpp,
+    "openai": _openai,
+    "scripted": _scripted,  # reachable only through a profile that names it
+}
+
+
+@lru_cache(maxsize=32)
+def _build(component: str, backend_name: str) -> BaseChatModel:
+    pf = profiles()
+    if backend_name not in pf.backends:
+        raise LLMError(f"unknown LLM profile {backend_name!r}; valid profiles: {', '.join(backend_names())}")
+    spec = pf.backends[backend_name]
+    return PROVIDERS[spec.provider](spec, pf.components[component])
 
 
 def chat_model(component: str, backend: str | None = None) -> BaseChatModel:

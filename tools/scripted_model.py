@@ -51,8 +51,10 @@ def rule_based(prompt: str) -> str:
         q = _section(prompt, "Question").lower()
         graph = any(w in q for w in ("plantão", "plantao", "on call", "on-call", "depend", "cadeia", "chain", "hierarquia"))
         docs = any(w in q for w in ("política", "politica", "policy", "limite", "limit", "runbook", "postmortem", "sla", "causa"))
-        return json.dumps({"use_docs": docs or not graph, "use_sql": not docs and not graph, "use_graph": graph,
-                           "reason": "keyword rules (scripted model)"})
+        api = any(w in q for w in ("deploy", "status atual", "current status", "fora do ar", "right now", "degradad",
+                                   "degraded"))
+        return json.dumps({"use_docs": docs or not (graph or api), "use_sql": not docs and not graph and not api,
+                           "use_graph": graph, "use_api": api, "reason": "keyword rules (scripted model)"})
     if prompt.startswith("You write ONE read-only") and '"sql"' in prompt:
         return json.dumps({"sql": "SELECT COUNT(*) AS n FROM expenses WHERE status = 'pending'"})
     if prompt.startswith("You write ONE read-only"):

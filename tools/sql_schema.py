@@ -1,6 +1,6 @@
 """The NovaOps relational schema as data: tables, columns, comments, enums and foreign keys.
 
-Text-to-SQL with a small model fails mostly on wrong table and column names (FACTS.md), so the
+Text-to-SQL with a small model fails mostly on wrong table and column names (measured on this project's questions), so the
 prompt gets a compact summary built from `schema.sql` itself (its comments are the documentation)
 and only the tables a question needs (schema linking). Both read the same parsed schema, which
 sqlglot extracts from the DDL; the `--` comments, which sqlglot does not keep reliably, are taken
@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlglot import exp
 
-from tramita.paths import POLICIES_DIR, SAMPLE_DIR
+from tramita.base.paths import POLICIES_DIR, SAMPLE_DIR
 
 __all__ = [
     "SYNONYMS_FILE",

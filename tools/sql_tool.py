@@ -41,7 +41,7 @@ from tools.sql_schema import dataset_tables, load_schema
 from tools.sql_schema import join_hints as _join_hints
 from tools.sql_schema import link_schema as _link_schema
 from tools.sql_schema import schema_summary as _summary
-from tramita.paths import SAMPLE_DIR
+from tramita.base.paths import SAMPLE_DIR
 
 __all__ = [
     "DENIED_FUNCTIONS",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.sql_schema import Schema
-from tramita.text import fold as fold_text
+from tramita.base.text import fold as fold_text
 
 MAX_DISTINCT = 150  # a column with more distinct values is free text or ids: not linked
 MAX_VALUE_CHARS = 60
@@ -30,7 +30,7 @@ TEXT_TYPES = ("TEXT", "CHAR", "VARCHAR", "CLOB", "STRING")
 
 
 def fold(text: str) -> str:
-    """tramita.text.fold with '-' and '_' as separators too ('payments-api' = 'Payments API'),
+    """tramita.base.text.fold with '-' and '_' as separators too ('payments-api' = 'Payments API'),
     padded with spaces so that `f" {value} " in fold(question)` is a whole-word test."""
     return " " + " ".join(w for w in re.split(r"[\s_-]+", fold_text(text)) if w) + " "
 

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from tools.business.base import ToolContext, ToolError, ToolResult
-from tramita.faults import crash_point
+from tramita.base.faults import crash_point
 
 EXECUTIONS_DDL = (
     "CREATE TABLE IF NOT EXISTS tool_executions ("

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from tools.business.base import ToolError
-from tramita.paths import POLICIES_DIR
+from tramita.base.paths import POLICIES_DIR
 
 Localized = tuple[str, str]
 """A text in (Portuguese, English); a fact of this type is picked per language when rendering."""

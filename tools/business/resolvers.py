@@ -7,8 +7,9 @@ Two jobs, both before JSON-Schema validation:
   enum synonyms ("almoço" -> meals) from policies/business_rules.yaml. A value it cannot read is
   returned unchanged, so that validation reports it instead of a guess being stored.
 - `resolve_reference` turns a human reference into an id by looking at the database: "Lucas
-  Oliveira" -> E047, "Dados" -> T04, "Expense Portal" -> expense-portal. Ambiguity is an error
-  listing the candidates, never a silent pick.
+  Oliveira" -> E047, "Dados" -> T04, "Expense Portal" -> expense-portal. Which table and columns
+  a kind is looked up in comes from policies/references.yaml (`tools.references`). Ambiguity is
+  an error listing the candidates, never a silent pick.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from tools.business.base import ToolContext, ToolError
 from tools.business.catalog import BusinessRules, not_found, rules, validation_error
+from tools.references import reference_candidates, reference_kind
 
 # ----------------------------------------------------------------------------------------- text
 
@@ -76,8 +78,11 @@ def _plain_number(raw: str) -> Decimal | None:
 
 
 def parse_number(value: Any, *, signed: bool = False, policy: BusinessRules | None = None) -> Decimal | None:
-    """A number from text: currency marks stripped, "mil"/"k" multipliers applied, and (for signed
-    parameters) words like "reduzir" making it negative. None when no single number is there."""
+    """A number from text, or None when no single number is there.
+
+    Currency marks are stripped, "mil"/"k" multipliers applied, and (for signed parameters) words
+    like "reduzir" make it negative.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float, Decimal)):
@@ -122,8 +127,10 @@ def _safe_date(year: int, month: int, day: int) -> date | None:
 
 
 def parse_date(value: Any, today: date, policy: BusinessRules | None = None) -> str | None:
-    """An ISO date from "2026-05-13", "13/05", "13/05/2026", "13 de maio", "May 13", "ontem",
-    "yesterday"... Day-first unless that is impossible. The year defaults to today's."""
+    """An ISO date from "2026-05-13", "13/05", "13/05/2026", "13 de maio", "May 13", "ontem"...
+
+    Day-first unless that is impossible. The year defaults to today's.
+    """
     if isinstance(value, datetime):
         return value.date().isoformat()
     if isinstance(value, date):
@@ -193,8 +200,11 @@ _ID_PATTERN = re.compile(r"^\^([A-Z]+)(-?)\\d\{(\d+)\}\$$")
 
 
 def _coerce_id(pattern: str, value: str) -> str | None:
-    """For id patterns like ^TCK-\\d{4}$: "tck-1092", "TCK 1092", "tck1092" -> "TCK-1092";
-    "exp-264" -> "EXP-0264". Only when exactly one id of that shape is in the text."""
+    r"""The id in `value` in the canonical shape of an id `pattern` such as ^TCK-\d{4}$.
+
+    "tck-1092", "TCK 1092", "tck1092" -> "TCK-1092"; "exp-264" -> "EXP-0264". Only when exactly one
+    id of that shape is in the text.
+    """
     shape = _ID_PATTERN.match(pattern)
     if not shape:
         return None
@@ -206,8 +216,11 @@ def _coerce_id(pattern: str, value: str) -> str | None:
 
 
 def _coerce_enum(name: str, options: list[Any], value: str, *, strict: bool, policy: BusinessRules) -> str | None:
-    """Exact, case-insensitive or spacing-insensitive ("sev 2", "office supplies") match in every
-    mode; synonyms (longest one found in the text wins) only for non-strict tools."""
+    """The enum option `value` names, or None.
+
+    Exact, case-insensitive or spacing-insensitive ("sev 2", "office supplies") match in every
+    mode; synonyms (longest one found in the text wins) only for non-strict tools.
+    """
     strings = [o for o in options if isinstance(o, str)]
     norm = normalize_text(value)
     for option in strings:
@@ -236,7 +249,9 @@ def _is_quarter(name: str, schema: dict[str, Any]) -> bool:
 
 def coerce_value(name: str, schema: dict[str, Any], value: Any, ctx: ToolContext, *, strict: bool) -> Any:
     """The canonical form of `value` for parameter `name` (see module doc); unchanged when unsure.
-    References by name (`x-resolve`) are left to `resolve_reference`."""
+
+    References by name (`x-resolve`) are left to `resolve_reference`.
+    """
     if value is None:
         return None
     policy = rules()
@@ -264,38 +279,17 @@ def coerce_value(name: str, schema: dict[str, Any], value: Any, ctx: ToolContext
 
 # ----------------------------------------------------------------------------------- references
 
-REFERENCE_TABLES = {"employee": "employees", "team": "teams", "service": "services"}
-_REFERENCE_SQL = {
-    "employee": "SELECT employee_id AS id, full_name AS label FROM employees",
-    "team": "SELECT team_id AS id, name AS label, name_en AS label2 FROM teams",
-    "service": "SELECT service_id AS id, name AS label FROM services",
-}
-
-
-def _candidates(kind: str, engine: Engine) -> list[tuple[str, str, list[str]]]:
-    """(id, display label, names to match) for every row of the kind's table."""
-    with engine.connect() as conn:
-        rows = conn.execute(text(_REFERENCE_SQL[kind])).mappings().all()
-    out = []
-    for row in rows:
-        names = [str(row["id"]), str(row["label"])]
-        if row.get("label2"):
-            names.append(str(row["label2"]))
-        if kind == "service":
-            names.append(str(row["id"]).replace("-", " "))
-        out.append((str(row["id"]), str(row["label"]), names))
-    return out
-
-
 def resolve_reference(kind: str, value: str, engine: Engine, *, param: str | None = None) -> str | ToolError:
-    """The id of the employee/team/service `value` names (an id, a full name, a unique part of a
-    name; case and accents ignored). NOT_FOUND when nothing matches, VALIDATION_ERROR listing the
-    candidates when several do."""
-    if kind not in REFERENCE_TABLES:
-        raise ValueError(f"unknown reference kind {kind!r}; expected one of {sorted(REFERENCE_TABLES)}")
-    table = REFERENCE_TABLES[kind]
+    """The id of the row of reference kind `kind` that `value` names.
+
+    Kinds and their tables come from policies/references.yaml (`tools.references`); `value` may be
+    the id, a label (a full name, a team's name in either language) or a unique part of one; case
+    and accents are ignored. NOT_FOUND when nothing matches, VALIDATION_ERROR listing the candidates
+    when several do. An unknown kind raises PolicyError (a ValueError) naming the file.
+    """
+    table = reference_kind(kind).table
     raw = str(value).strip()
-    candidates = _candidates(kind, engine)
+    candidates = [(c.id, c.label, list(c.names)) for c in reference_candidates(kind, engine)]
     norm = normalize_text(raw)
     exact = {cid for cid, _, names in candidates if any(normalize_text(n) == norm for n in names)}
     if len(exact) == 1:

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, Select, column, literal_column, selec
 from tools.business.base import ToolContext, ToolError
 from tools.business.catalog import not_found, validation_error
 from tools.business.resolvers import coerce_value, resolve_reference
-from tramita.paths import POLICIES_DIR
+from tramita.base.paths import POLICIES_DIR
 
 
 def _decimal_multiple_of(validator: Any, step: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:

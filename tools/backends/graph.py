@@ -1,0 +1,89 @@
+"""Graph: named graph patterns first, then text-to-Cypher with the graph's schema, dialect notes and repair.
+
+The local model writes bad Cypher paths, so the traversals the company declared
+(`Settings.graph_patterns_file()`, see `tools.graph_patterns`) answer first: a clear pattern with
+every parameter found costs no LLM call, and its Cypher runs with the values as query parameters.
+Anything else (no clear pattern, a parameter that cannot be filled, an execution error, a missing
+or broken patterns file) falls back to today's guarded text-to-Cypher with repair. Both paths go
+through `GraphTool.query` (guard, read-only, row cap), and the context records which one answered
+(`path`: "pattern:<name>" or "fallback") with the Cypher and parameters actually run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tools.backends.base import BackendCall, render_rows
+from tools.services import Services
+
+if TYPE_CHECKING:
+    from tools.graph_patterns import PatternAttempt
+
+log = logging.getLogger("tramita.graph")
+
+MAX_ROWS = 50
+
+
+class GraphBackend:
+    """The company graph (LadybugDB embedded, or Bolt), read-only."""
+
+    name = "graph"
+    citation = "graph"
+    planner_description = ("the graph: relationships such as who is on call, service dependencies direct or indirect, "
+                           "downstream impact, management chains and reporting lines")
+
+    def available(self, services: Services) -> bool:
+        """Whether the graph database opens."""
+        return services.graph_tool.available()
+
+    def run(self, call: BackendCall) -> dict[str, Any]:
+        """A named pattern when one fits; otherwise generate, validate and repair a Cypher query."""
+        from tools.cypher_guard import inline_parameters
+        from tools.text_to_cypher import answer_cypher
+
+        tool = call.services.graph_tool
+        attempt, reason = self._pattern(call)
+        trail = {"pattern_choice": attempt.choice.trace()} if attempt is not None else {}
+        if attempt is not None and attempt.ok:
+            return {"backend": self.name, "path": f"pattern:{attempt.pattern}",
+                    # `query` is self-contained (values inlined as escaped literals) so that the
+                    # evals and the synthesis prompt can read or re-run it; `cypher` + `params` is
+                    # exactly what ran
+                    "query": inline_parameters(attempt.cypher, attempt.params),
+                    "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
+                    "error": None, "attempts": 1, "llm_filled": attempt.llm_filled, **trail}
+        run = answer_cypher(call.question, tool, today=call.today, backend=call.profile, usage=call.usage)
+        return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
+                "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
+                "pattern_reason": reason, **trail}
+
+    def render(self, context: dict[str, Any]) -> str:
+        """The query and its rows, tagged [graph]."""
+        return render_rows(self.citation, context)
+
+    @staticmethod
+    def _pattern(call: BackendCall) -> tuple[PatternAttempt | None, str]:
+        """(the pattern attempt or None, the reason it did not answer). Never raises: any problem of
+        the pattern path is a reason to fall back, logged so a broken patterns file is noticed."""
+        from tools.graph_patterns import PatternEngine
+
+        path = call.services.settings.graph_patterns_file()
+        if not path.exists():
+            return None, f"no patterns file at {path}"
+        try:
+            engine = PatternEngine.for_file(path)
+        except Exception as exc:  # noqa: BLE001 - a bad file names itself; the fallback still answers
+            log.warning("graph patterns unusable: %s", exc)
+            return None, f"patterns file unusable: {exc}"[:400]
+        try:
+            sql = call.services.engine
+        except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph or the LLM only
+            sql = None
+        try:
+            attempt = engine.answer(call.question, tool=call.services.graph_tool, today=call.today, usage=call.usage,
+                                    backend=call.profile, engine=sql)
+        except Exception as exc:  # noqa: BLE001 - embeddings or store trouble: the fallback still answers
+            log.warning("graph patterns failed: %s", exc)
+            return None, f"pattern path failed: {type(exc).__name__}: {exc}"[:400]
+        return attempt, attempt.reason

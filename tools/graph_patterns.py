@@ -1,0 +1,815 @@
+"""Named graph patterns: the traversals a company asks about, declared as data; the model fills slots.
+
+Why: a 1.5B local model writes wrong Cypher paths (direction, bounds, dialect) far more often than
+it picks a name from a short list or copies a name out of a question. So the graph questions a
+company actually asks are declared in a YAML file that ships with its data
+(`Settings.graph_patterns_file()`), each with a description, example questions, typed parameters
+and read-only Cypher for both dialects, and this module answers a question in three steps:
+
+1. choose (`PatternEngine.choose`): e5 similarity of the question against every pattern's
+   description and examples (best vector per pattern, `tools.registry_index.ToolIndex`) under the
+   tool registry's margin rule (`decide`). A clear winner costs no LLM call; close candidates go
+   to ONE constrained LLM choice among their names (or "none"); below the floor there is no pattern.
+2. fill (`PatternEngine.fill`): typed, model-free extraction, as transactions do it: ids by
+   regex, enum options and their synonyms as words, entity names through a gazetteer (the
+   reference kinds of `policies/references.yaml`, or a node label of the graph), numbers next to
+   a unit word within bounds, ISO weeks written out, relative ("next week") or as a date. Only
+   required parameters still missing go to the LLM, as one small JSON object under a schema built
+   from those parameters, and every value it returns must appear in the question and then pass
+   the same typed resolution. An entity or id the question names that no parameter took means the
+   question asks something narrower than the pattern, so the pattern is not used.
+3. run: the dialect's Cypher through `GraphTool.query` (guard, read-only, row cap) with the values
+   bound as query parameters, never pasted into the text.
+
+Every failure is a `PatternAttempt` with a reason; the graph backend then falls back to guarded
+text-to-Cypher with repair. Nothing here knows a label, a property or a word of one company: all of
+that is in the patterns file.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+
+from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
+from tools.llm import LLMError, Usage, structured_call
+from tools.references import check_identifier, load_references
+from tramita.base.policyfile import load_model
+from tramita.base.text import fold
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+    from sqlalchemy import Engine
+
+    from tools.graph_tool import GraphTool
+    from tools.registry_index import MatchResult, ToolIndex
+
+__all__ = [
+    "Choice", "GraphPattern", "PatternAttempt", "PatternEngine", "PatternFile", "load_patterns",
+]
+
+log = logging.getLogger("tramita.graph_patterns")
+
+NAME_RE = r"^[a-z][a-z0-9_]*$"
+CHOOSE_COMPONENT = "router"  # a constrained choice among a few names, like routing to a tool
+FILL_COMPONENT = "transaction_parameter_extraction"  # the same small JSON extraction transactions use
+GAZETTEER_ROW_CAP = 20_000  # node names read for a graph-backed entity kind
+
+
+# =========================================================================== the file
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _ParamBase(_Strict):
+    name: str = Field(pattern=NAME_RE, description="the Cypher parameter name ($name)")
+    description: str = Field(min_length=3, description="what the value is; the fill prompt shows it")
+
+
+class IdParam(_ParamBase):
+    """A canonical id written in the question (INC-2041): found by regex, bound as a string."""
+
+    kind: Literal["id"]
+    pattern: str = Field(description="regular expression of the canonical id, e.g. ^INC-\\d{4}$")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return value
+
+    @property
+    def source(self) -> str:
+        """Mentions of this id shape, across all patterns, share one source."""
+        return f"id:{self.pattern}"
+
+    def search(self) -> re.Pattern[str]:
+        """The id anywhere in a text, not glued to other word characters."""
+        return re.compile(rf"(?<![\w-]){self.pattern.strip('^$')}(?![\w-])", re.IGNORECASE)
+
+
+class EnumParam(_ParamBase):
+    """One or more options; bound as a LIST (`x IN $name`) so that 'both' needs no second query."""
+
+    kind: Literal["enum"]
+    options: list[str] = Field(min_length=1)
+    synonyms: dict[str, list[str]] = Field(default_factory=dict, description="option -> words that name it")
+    default: list[str] | None = Field(None, description="bound when the question names no option; null: required")
+
+    @model_validator(mode="after")
+    def _known_options(self) -> EnumParam:
+        unknown = [o for o in [*self.synonyms, *(self.default or [])] if o not in self.options]
+        if unknown:
+            raise ValueError(f"synonyms/default name options that are not in options {self.options}: {unknown}")
+        return self
+
+
+class GraphLookup(_Strict):
+    """Entities read from the graph itself: nodes of `label`, id `key`, human names in `names`."""
+
+    label: str
+    key: str
+    names: list[str] = Field(default_factory=list)
+
+    @field_validator("label", "key")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        return check_identifier(value)
+
+    @field_validator("names")
+    @classmethod
+    def _identifiers(cls, value: list[str]) -> list[str]:
+        return [check_identifier(v) for v in value]
+
+
+class EntityParam(_ParamBase):
+    """A thing the question names (a person, a team...), resolved to its key through a gazetteer."""
+
+    kind: Literal["entity"]
+    resolve: str | None = Field(None, description="a reference kind of policies/references.yaml")
+    graph: GraphLookup | None = Field(None, description="or: the graph nodes whose names resolve it")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EntityParam:
+        if (self.resolve is None) == (self.graph is None):
+            raise ValueError("give exactly one of `resolve` (a reference kind) or `graph` (label, key, names)")
+        if self.resolve is not None:
+            kinds = load_references().kinds
+            if self.resolve not in kinds:
+                raise ValueError(f"resolve: unknown reference kind {self.resolve!r}; "
+                                 f"policies/references.yaml defines {', '.join(sorted(kinds))}")
+        return self
+
+    @property
+    def source(self) -> str:
+        """The gazetteer this entity is looked up in (one per reference kind or node label)."""
+        if self.graph is not None:
+            return f"graph:{self.graph.label}.{self.graph.key}"
+        return f"ref:{self.resolve}"
+
+
+class IntParam(_ParamBase):
+    """A bounded whole number (a depth) taken only when a unit word follows it ('3 levels')."""
+
+    kind: Literal["int"]
+    minimum: int
+    maximum: int
+    default: int | None = Field(None, description="bound when the question gives no number; null: required")
+    units: list[str] = Field(min_length=1, description="words that must follow the number")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> IntParam:
+        if self.minimum > self.maximum:
+            raise ValueError(f"minimum {self.minimum} is above maximum {self.maximum}")
+        if self.default is not None and not self.minimum <= self.default <= self.maximum:
+            raise ValueError(f"default {self.default} is outside {self.minimum}..{self.maximum}")
+        return self
+
+
+class WeekParam(_ParamBase):
+    """An ISO week 'YYYY-Www': written out, relative to today, or the week of a date."""
+
+    kind: Literal["iso_week"]
+    default_offset: int | None = Field(None, description="weeks from today's week when none is named; null: required")
+
+
+Param = Annotated[IdParam | EnumParam | EntityParam | IntParam | WeekParam, Field(discriminator="kind")]
+
+
+class Examples(_Strict):
+    pt: list[str] = Field(min_length=1)
+    en: list[str] = Field(min_length=1)
+
+
+class DialectCypher(_Strict):
+    """The same traversal for each Cypher dialect GraphTool speaks."""
+
+    ladybug: str = Field(description="LadybugDB (embedded, Kuzu openCypher)")
+    neo4j: str = Field(description="Neo4j 5 over Bolt")
+
+    def for_backend(self, backend: str) -> str:
+        """The text for a GraphTool backend ('ladybug' or 'bolt')."""
+        return self.ladybug if backend == "ladybug" else self.neo4j
+
+
+def _parameters_in(cypher: str) -> set[str]:
+    text = unicodedata.normalize("NFKC", cypher)
+    return {t.text[1:].strip("`") for t in tokenize(text) if t.kind == "param"}
+
+
+class GraphPattern(_Strict):
+    """One named traversal: what it answers, how people ask it, its slots and its Cypher."""
+
+    name: str = Field(pattern=NAME_RE)
+    description: str = Field(min_length=10)
+    examples: Examples
+    parameters: list[Param] = Field(default_factory=list)
+    cypher: DialectCypher
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GraphPattern:
+        names = [p.name for p in self.parameters]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"parameters: duplicate names {dupes}")
+        for dialect in ("ladybug", "neo4j"):
+            text = getattr(self.cypher, dialect)
+            try:
+                validate_cypher(text)
+            except UnsafeCypherError as exc:
+                raise ValueError(f"cypher.{dialect}: refused by the Cypher guard: {exc}") from exc
+            used = _parameters_in(text)
+            if used - set(names):
+                raise ValueError(f"cypher.{dialect}: uses undeclared parameters {sorted(used - set(names))}")
+            if set(names) - used:
+                raise ValueError(f"cypher.{dialect}: does not use parameters {sorted(set(names) - used)}")
+        return self
+
+    def embedding_texts(self) -> list[str]:
+        """The texts a question is compared with: the description and every example."""
+        return [self.description, *self.examples.pt, *self.examples.en]
+
+
+class Matching(_Strict):
+    """The margin rule's knobs (see `tools.registry_index.decide`)."""
+
+    floor: float = Field(ge=0.0, le=1.0)
+    margin: float = Field(ge=0.0, le=1.0)
+    candidates: int = Field(3, ge=2, le=8)
+
+
+class Vocabulary(_Strict):
+    """Words, per language, that the typed extraction reads (kept out of the code)."""
+
+    week_offsets: dict[int, list[str]] = Field(default_factory=dict, description="weeks from today -> words")
+    number_words: dict[int, list[str]] = Field(default_factory=dict, description="number -> words")
+
+
+class PatternFile(_Strict):
+    """`graph_patterns.yaml`."""
+
+    version: Literal[1]
+    matching: Matching
+    vocabulary: Vocabulary = Field(default_factory=Vocabulary)
+    patterns: list[GraphPattern] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PatternFile:
+        names = [p.name for p in self.patterns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"patterns: duplicate names {dupes}")
+        return self
+
+    def pattern(self, name: str) -> GraphPattern:
+        return next(p for p in self.patterns if p.name == name)
+
+
+def load_patterns(path: Path) -> PatternFile:
+    """Read and check a patterns file; a bad one raises PolicyError naming the file and the field."""
+    loaded: PatternFile = load_model(path, PatternFile)
+    return loaded
+
+
+# =========================================================================== gazetteer and mentions
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An entity or id the question names: which gazetteer (or id pattern), its key, the text."""
+
+    source: str
+    value: str
+    surface: str
+
+
+Gazetteer = dict[str, list[tuple[str, str]]]  # source -> (folded surface form, key), longest first
+
+
+def _spaced(ident: str) -> str:
+    return re.sub(r"[-_]+", " ", ident)
+
+
+def build_gazetteer(patterns: PatternFile, engine: Engine | None, tool: GraphTool | None) -> Gazetteer:
+    """Surface forms of every entity source the file uses: reference kinds from SQL (as the
+    transactions' gazetteer reads them), graph-backed kinds from the graph. A source that cannot be
+    read stays empty: its parameters then go to the LLM and resolve or fail there."""
+    from tools.references import reference_candidates
+
+    out: Gazetteer = {}
+    for param in _entity_params(patterns):
+        if param.source in out:
+            continue
+        pairs: list[tuple[str, str]] = []
+        try:
+            if param.graph is not None and tool is not None:
+                for key, names in _graph_candidates(param.graph, tool):
+                    pairs += [(fold(n), key) for n in names]
+            elif param.resolve is not None and engine is not None:
+                for cand in reference_candidates(param.resolve, engine):
+                    pairs += [(fold(n), cand.id) for n in cand.names]
+        except Exception as exc:  # noqa: BLE001 - a missing store only disables deterministic matching
+            log.warning("graph patterns: gazetteer %s unavailable: %s", param.source, exc)
+            pairs = []
+        out[param.source] = sorted(dict.fromkeys(p for p in pairs if p[0]), key=lambda p: len(p[0]), reverse=True)
+    return out
+
+
+def _graph_candidates(lookup: GraphLookup, tool: GraphTool) -> list[tuple[str, list[str]]]:
+    """(key, [key, names..., key with -/_ as spaces]) for every node of the label."""
+    from tools.graph_tool import GraphTool
+
+    reader = GraphTool(tool.url, row_cap=GAZETTEER_ROW_CAP, timeout_s=tool.timeout_s, sample_dir=tool.sample_dir)
+    columns = ", ".join([f"n.{lookup.key} AS k", *[f"n.{c} AS n{i}" for i, c in enumerate(lookup.names)]])
+    rows = reader.query(f"MATCH (n:{lookup.label}) RETURN {columns}")
+    out = []
+    for row in rows:
+        key = str(row["k"])
+        labels = [str(row[f"n{i}"]) for i in range(len(lookup.names)) if row.get(f"n{i}") not in (None, "")]
+        out.append((key, list(dict.fromkeys([key, *labels, _spaced(key)]))))
+    return out
+
+
+def _entity_params(patterns: PatternFile) -> list[EntityParam]:
+    return [p for pat in patterns.patterns for p in pat.parameters if isinstance(p, EntityParam)]
+
+
+def _id_params(patterns: PatternFile) -> list[IdParam]:
+    return [p for pat in patterns.patterns for p in pat.parameters if isinstance(p, IdParam)]
+
+
+def find_mentions(question: str, gazetteer: Gazetteer, id_params: Iterable[IdParam]) -> list[Mention]:
+    """Every entity (longest surface first, each stretch of text used once) and id in the question."""
+    by_surface: dict[str, list[tuple[str, str]]] = {}
+    for source, pairs in gazetteer.items():
+        for surface, key in pairs:
+            if len(surface) >= 2:
+                by_surface.setdefault(surface, []).append((source, key))
+    folded = f" {fold(question)} "
+    found: list[Mention] = []
+    for surface in sorted(by_surface, key=len, reverse=True):
+        if f" {surface} " in folded:
+            found += [Mention(source, key, surface) for source, key in dict.fromkeys(by_surface[surface])]
+            folded = folded.replace(f" {surface} ", " ")
+    for param in id_params:
+        for match in param.search().finditer(question):
+            found.append(Mention(param.source, match.group(0).upper(), fold(match.group(0))))
+    return list(dict.fromkeys(found))
+
+
+def _placeholder(source: str) -> str:
+    """The word an entity is masked with: its reference kind, or its node label, in lower case."""
+    return source.split(":", 1)[1].split(".", 1)[0].lower()
+
+
+def mask_entities(text: str, gazetteer: Gazetteer | None) -> str:
+    """The folded text with every entity the gazetteer knows replaced by its kind ('employee')."""
+    if not gazetteer:
+        return text
+    folded = f" {fold(text)} "
+    for mention in find_mentions(text, gazetteer, []):
+        folded = folded.replace(f" {mention.surface} ", f" {_placeholder(mention.source)} ")
+    return folded.strip()
+
+
+def _signature(gazetteer: Gazetteer | None) -> str:
+    if not gazetteer:
+        return "plain"
+    return str(hash(tuple((source, tuple(pairs)) for source, pairs in sorted(gazetteer.items()))))
+
+
+# =========================================================================== typed extraction
+
+
+def _word_re(words: Iterable[str]) -> re.Pattern[str] | None:
+    forms = sorted({fold(w) for w in words if fold(w)}, key=len, reverse=True)
+    if not forms:
+        return None
+    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in forms) + r")(?![\w-])")
+
+
+def _numbers(text: str, vocab: Vocabulary, units: list[str] | None = None) -> list[int]:
+    """Numbers written as digits or words; with `units`, only those a unit word follows."""
+    words = {fold(w): n for n, ws in vocab.number_words.items() for w in ws}
+    alternatives = [r"\d{1,3}", *[re.escape(w) for w in sorted(words, key=len, reverse=True)]]
+    number = "(" + "|".join(alternatives) + ")"
+    if units:
+        unit = "|".join(re.escape(fold(u)) for u in sorted(units, key=len, reverse=True))
+        regex = re.compile(rf"(?<![\w-]){number}[\s-]+(?:\w+\s+)?(?:{unit})(?![\w-])")
+    else:
+        regex = re.compile(rf"(?<![\w-]){number}(?![\w-])")
+    out = []
+    for match in regex.finditer(fold(text)):
+        raw = match.group(1)
+        out.append(int(raw) if raw.isdigit() else words[raw])
+    return list(dict.fromkeys(out))
+
+
+def _iso_week(day: date) -> str:
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _weeks(text: str, today: date, vocab: Vocabulary, *, raw: str) -> list[str]:
+    """ISO weeks a text names: '2026-W21', 'W21', relative words, else the week of a date found
+    in `raw` (the unfolded text, whose '13/05' folding would break)."""
+    from tools.business.resolvers import parse_date
+
+    folded = fold(text)
+    found = [f"{y}-W{int(w):02d}" for y, w in re.findall(r"(?<!\d)(20\d\d)\s*-?\s*w(\d{1,2})(?!\d)", folded)]
+    rest = re.sub(r"(?<!\d)(20\d\d)\s*-?\s*w(\d{1,2})(?!\d)", " ", folded)
+    found += [f"{today.isocalendar()[0]}-W{int(w):02d}" for w in re.findall(r"(?<![\w-])w(\d{1,2})(?![\w-])", rest)]
+    for offset, words in sorted(vocab.week_offsets.items()):
+        regex = _word_re(words)
+        if regex is not None and regex.search(rest):
+            found.append(_iso_week(today + timedelta(weeks=offset)))
+    if not found:
+        day = parse_date(raw, today)
+        if day:
+            found.append(_iso_week(date.fromisoformat(day)))
+    return list(dict.fromkeys(found))
+
+
+def _enum_options(param: EnumParam, text: str) -> list[str]:
+    folded = fold(text)
+    hits: set[str] = set()
+    for option in param.options:
+        regex = _word_re([option, *param.synonyms.get(option, [])])
+        if regex is not None and regex.search(folded):
+            hits.add(option)
+    return [o for o in param.options if o in hits]
+
+
+@dataclass
+class Filled:
+    """The outcome of filling one pattern: the bound values, or why it cannot be used."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    pending: list[str] = field(default_factory=list)  # still unknown: the LLM's job
+    problem: str | None = None
+    llm_values: dict[str, Any] = field(default_factory=dict)
+
+
+# =========================================================================== the engine
+
+
+@dataclass
+class Choice:
+    """Which pattern the question gets, and how that was decided."""
+
+    name: str | None
+    decision: str  # clear | close | none
+    scores: list[tuple[str, float]] = field(default_factory=list)
+    by_llm: bool = False
+
+    def trace(self) -> dict[str, Any]:
+        return {"decision": self.decision, "chosen": self.name, "by_llm": self.by_llm,
+                "scores": [[n, round(s, 4)] for n, s in self.scores]}
+
+
+@dataclass
+class PatternAttempt:
+    """What the pattern path did: a run with rows, or the reason the caller must fall back."""
+
+    choice: Choice
+    pattern: str | None = None
+    cypher: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    ok: bool = False
+    reason: str = ""
+    llm_filled: list[str] = field(default_factory=list)
+
+
+_engines: dict[tuple[str, int, int], PatternEngine] = {}
+_gazetteers: dict[tuple[int, str, int], Gazetteer] = {}
+_lock = threading.Lock()
+
+
+class PatternEngine:
+    """Choose, fill and run named graph patterns for one patterns file."""
+
+    def __init__(self, patterns: PatternFile, *, embeddings: Embeddings | Callable[[], Embeddings] | None = None) -> None:
+        """`embeddings` is the e5 model (or a factory of it); None: `tools.embeddings.make_embeddings()`."""
+        self.patterns = patterns
+        self._embeddings = embeddings
+        self._indexes: dict[str, ToolIndex] = {}
+        self._index_lock = threading.Lock()
+
+    @classmethod
+    def for_file(cls, path: Path) -> PatternEngine:
+        """The process-wide engine of a patterns file, reloaded when the file changes."""
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        with _lock:
+            engine = _engines.get(key)
+        if engine is None:
+            engine = cls(load_patterns(path))
+            with _lock:
+                engine = _engines.setdefault(key, engine)
+        return engine
+
+    # ------------------------------------------------------------------ choose
+
+    def embeddings(self) -> Embeddings:
+        from langchain_core.embeddings import Embeddings
+
+        if self._embeddings is None:
+            from tools.embeddings import make_embeddings
+
+            self._embeddings = make_embeddings()
+        if not isinstance(self._embeddings, Embeddings):
+            self._embeddings = self._embeddings()
+        return self._embeddings
+
+    def index(self, gazetteer: Gazetteer | None = None) -> ToolIndex:
+        """One unit vector per description and example, grouped by pattern, with the entities the
+        gazetteer knows masked (built once per gazetteer content)."""
+        from tools.registry_index import ToolIndex
+
+        signature = _signature(gazetteer)
+        with self._index_lock:
+            cached = self._indexes.get(signature)
+            if cached is None:
+                texts = [(p.name, mask_entities(t, gazetteer)) for p in self.patterns.patterns for t in p.embedding_texts()]
+                vectors = self.embeddings().embed_documents([t for _, t in texts])
+                groups: dict[str, list[Any]] = {}
+                for (name, _), vec in zip(texts, vectors, strict=True):
+                    groups.setdefault(name, []).append(vec)
+                cached = ToolIndex.build(signature, groups)
+                if len(self._indexes) >= 4:
+                    self._indexes.clear()
+                self._indexes[signature] = cached
+            return cached
+
+    def rank(self, question: str, gazetteer: Gazetteer | None = None) -> MatchResult:
+        """The margin rule over the patterns, best first (no LLM).
+
+        Names are masked on both sides before embedding: measured, an example that happens to
+        name the same person as the question outweighs what is asked about them. Patterns that
+        have no parameter for a kind of thing the question names are left out: filling them
+        would fail on that stray mention anyway."""
+        from tools.registry_index import decide
+
+        k = self.patterns.matching.candidates
+        vector = self.embeddings().embed_query(mask_entities(question, gazetteer))
+        ranked = self.index(gazetteer).rank(vector)
+        mentions = find_mentions(question, gazetteer or {}, _id_params(self.patterns))
+        fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)]
+        return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
+                      margin=self.patterns.matching.margin, k=k)
+
+    def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None) -> Choice:
+        """Clear match: that pattern. Close: one constrained LLM choice among the close ones."""
+        result = self.rank(question, gazetteer)
+        scores = [(c.name, c.score) for c in result.candidates]
+        if result.decision == "none" or not result.candidates:
+            return Choice(None, "none", scores)
+        if result.decision == "clear":
+            return Choice(result.best, "clear", scores)
+        top = result.candidates[0].score
+        close = [c.name for c in result.candidates if top - c.score < self.patterns.matching.margin]
+        picked = self._llm_choice(question, close, usage=usage, backend=backend)
+        return Choice(picked, "close", scores, by_llm=True)
+
+    def _llm_choice(self, question: str, names: list[str], *, usage: Usage, backend: str | None) -> str | None:
+        options = (*names, "none")
+        choice_type: Any = Literal.__getitem__(options)
+        schema = create_model("PatternPick", pattern=(choice_type, Field(description="the chosen pattern, or none")))
+        lines = "\n".join(f"- {n}: {self.patterns.pattern(n).description}" for n in names)
+        try:
+            out = structured_call(CHOOSE_COMPONENT, schema, "choose_pattern", backend=backend, usage=usage,
+                                  candidates=lines, question=question)
+        except LLMError as exc:
+            log.info("graph patterns: choice failed: %s", exc)
+            return None
+        picked = str(out.pattern)  # type: ignore[attr-defined]
+        return None if picked == "none" else picked
+
+    # ------------------------------------------------------------------ fill
+
+    def gazetteer(self, engine: Engine | None, tool: GraphTool | None) -> Gazetteer:
+        """The entity surface forms for this file, read once per SQL engine and graph."""
+        key = (id(engine), tool.url if tool is not None else "", id(self))
+        with _lock:
+            cached = _gazetteers.get(key)
+        if cached is None:
+            cached = build_gazetteer(self.patterns, engine, tool)
+            with _lock:
+                _gazetteers[key] = cached
+        return cached
+
+    def fill(self, pattern: GraphPattern, question: str, *, today: str, gazetteer: Gazetteer,
+             engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None) -> Filled:
+        """Typed values for every parameter; the LLM (when `usage` is given) sees only what the
+        question did not give away. An entity or id the question names that no parameter took
+        makes the pattern unusable: the question asks something narrower than the pattern."""
+        day = date.fromisoformat(today)
+        vocab = self.patterns.vocabulary
+        mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
+        filled = Filled()
+        rest = f" {fold(question)} "
+        for m in mentions:
+            rest = rest.replace(f" {m.surface} ", " ")
+        for param in pattern.parameters:
+            if isinstance(param, (EntityParam, IdParam)):
+                values = list(dict.fromkeys(m.value for m in mentions if m.source == param.source))
+                if len(values) == 1:
+                    filled.values[param.name] = values[0]
+                else:
+                    filled.pending.append(param.name)  # none, or two different ones: the LLM decides
+            elif isinstance(param, EnumParam):
+                options = _enum_options(param, rest)
+                if options:
+                    filled.values[param.name] = options
+                elif param.default is not None:
+                    filled.values[param.name] = list(param.default)
+                else:
+                    filled.pending.append(param.name)
+            elif isinstance(param, IntParam):
+                numbers = _numbers(rest, vocab, param.units)
+                if len(numbers) == 1:
+                    if not param.minimum <= numbers[0] <= param.maximum:
+                        filled.problem = f"{param.name}={numbers[0]} is outside {param.minimum}..{param.maximum}"
+                        return filled
+                    filled.values[param.name] = numbers[0]
+                elif not numbers and param.default is not None:
+                    filled.values[param.name] = param.default
+                else:
+                    filled.pending.append(param.name)
+            else:
+                weeks = _weeks(rest, day, vocab, raw=question)
+                if len(weeks) == 1:
+                    filled.values[param.name] = weeks[0]
+                elif not weeks and param.default_offset is not None:
+                    filled.values[param.name] = _iso_week(day + timedelta(weeks=param.default_offset))
+                else:
+                    filled.pending.append(param.name)
+        by_name = {p.name: p for p in pattern.parameters}
+        open_sources = {getattr(by_name[n], "source", "") for n in filled.pending}
+        stray = [m for m in _stray(mentions, pattern, filled.values) if m.source not in open_sources]
+        if not stray and filled.pending:
+            if usage is None:
+                filled.problem = f"parameters {filled.pending} not found in the question"
+                return filled
+            self._llm_fill(pattern, question, filled, day=day, gazetteer=gazetteer, engine=engine,
+                           usage=usage, backend=backend)
+            if filled.problem is not None:
+                return filled
+            stray = _stray(mentions, pattern, filled.values)
+        if stray:
+            filled.problem = (f"the question also names {', '.join(sorted({m.value for m in stray}))}, "
+                              f"which pattern {pattern.name} has no parameter for")
+        return filled
+
+    def _llm_fill(self, pattern: GraphPattern, question: str, filled: Filled, *, day: date,
+                  gazetteer: Gazetteer, engine: Engine | None, usage: Usage, backend: str | None) -> None:
+        """One small JSON call for the pending parameters; each value must be grounded, then typed."""
+        params = {p.name: p for p in pattern.parameters}
+        pending = [params[n] for n in filled.pending]
+        fields: dict[str, Any] = {p.name: (str | int | None, Field(None, description=p.description)) for p in pending}
+        schema = create_model(f"Fill_{pattern.name}", __config__=ConfigDict(extra="ignore"), **fields)
+        try:
+            out = structured_call(FILL_COMPONENT, schema, "fill_pattern", backend=backend, usage=usage,
+                                  pattern=pattern.name, description=pattern.description,
+                                  pending=_describe(pending), today=day.isoformat(), question=question)
+        except LLMError as exc:
+            filled.problem = f"parameter extraction failed: {exc}"
+            return
+        vocab = self.patterns.vocabulary
+        for param in pending:
+            raw = getattr(out, param.name, None)
+            if raw is None or str(raw).strip() == "":
+                filled.problem = f"{param.name}: the question does not state it"
+                return
+            text = str(raw).strip()
+            filled.llm_values[param.name] = text
+            if not _grounded(text, question, vocab):
+                filled.problem = f"{param.name}={text!r} does not appear in the question"
+                return
+            value = self._typed(param, text, day=day, gazetteer=gazetteer, engine=engine)
+            if value is None:
+                filled.problem = f"{param.name}={text!r} cannot be read as a {param.kind}"
+                return
+            filled.values[param.name] = value
+        filled.pending = []
+
+    def _typed(self, param: Any, text: str, *, day: date, gazetteer: Gazetteer, engine: Engine | None) -> Any:
+        """The canonical value of one LLM-given text, through the same typed rules as the question."""
+        vocab = self.patterns.vocabulary
+        if isinstance(param, IdParam):
+            hits = list(dict.fromkeys(m.group(0).upper() for m in param.search().finditer(text)))
+            return hits[0] if len(hits) == 1 else None
+        if isinstance(param, EnumParam):
+            return _enum_options(param, text) or None
+        if isinstance(param, IntParam):
+            numbers = _numbers(text, vocab)
+            return numbers[0] if len(numbers) == 1 and param.minimum <= numbers[0] <= param.maximum else None
+        if isinstance(param, WeekParam):
+            weeks = _weeks(text, day, vocab, raw=text)
+            return weeks[0] if len(weeks) == 1 else None
+        values = list(dict.fromkeys(m.value for m in find_mentions(text, gazetteer, []) if m.source == param.source))
+        if len(values) == 1:
+            return values[0]
+        return None if values else _partial(param, text, gazetteer, engine)
+
+    # ------------------------------------------------------------------ answer
+
+    def answer(self, question: str, *, tool: GraphTool, today: str, usage: Usage, backend: str | None,
+               engine: Engine | None = None) -> PatternAttempt:
+        """Choose, fill and run; `ok` with rows, or a reason to fall back."""
+        gazetteer = self.gazetteer(engine, tool)
+        choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer)
+        attempt = PatternAttempt(choice=choice, pattern=choice.name)
+        if choice.name is None:
+            attempt.reason = ("no pattern close enough" if choice.decision == "none"
+                              else "the LLM chose none of the close patterns")
+            return attempt
+        pattern = self.patterns.pattern(choice.name)
+        filled = self.fill(pattern, question, today=today, gazetteer=gazetteer, engine=engine,
+                           usage=usage, backend=backend)
+        attempt.llm_filled = sorted(filled.llm_values)
+        if filled.problem is not None:
+            attempt.reason = f"pattern {pattern.name}: {filled.problem}"
+            return attempt
+        attempt.cypher = pattern.cypher.for_backend(tool.backend)
+        attempt.params = {p.name: filled.values[p.name] for p in pattern.parameters}
+        try:
+            attempt.rows = tool.query(attempt.cypher, attempt.params)
+        except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
+            attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
+            return attempt
+        attempt.ok = True
+        return attempt
+
+
+def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
+    """Whether the pattern has a parameter for every kind of thing the question names (a text
+    that names two kinds needs one of them)."""
+    sources = {p.source for p in pattern.parameters if isinstance(p, (EntityParam, IdParam))}
+    by_surface: dict[str, set[str]] = {}
+    for m in mentions:
+        by_surface.setdefault(m.surface, set()).add(m.source)
+    return all(kinds & sources for kinds in by_surface.values())
+
+
+def _stray(mentions: list[Mention], pattern: GraphPattern, values: dict[str, Any]) -> list[Mention]:
+    """Mentions no parameter of the pattern took (a text that names two kinds counts once)."""
+    taken = {(p.source, values.get(p.name)) for p in pattern.parameters if isinstance(p, (EntityParam, IdParam))}
+    covered = {m.surface for m in mentions if (m.source, m.value) in taken}
+    return [m for m in mentions if m.surface not in covered]
+
+
+def _describe(params: list[Any]) -> str:
+    """One line per pending parameter for the fill prompt: name, kind, description, the format."""
+    lines = []
+    for p in params:
+        hint = {
+            "id": lambda q: f"an id of the form {q.pattern}",
+            "enum": lambda q: "one or more of " + ", ".join(q.options),
+            "entity": lambda q: "a name or id exactly as the question writes it",
+            "int": lambda q: f"a whole number from {q.minimum} to {q.maximum}",
+            "iso_week": lambda q: "a week exactly as the question writes it (2026-W21, next week, a date)",
+        }[p.kind](p)
+        lines.append(f"- {p.name} [{p.kind}]: {p.description}; {hint}")
+    return "\n".join(lines)
+
+
+def _grounded(value: str, question: str, vocab: Vocabulary) -> bool:
+    """Whether the model copied `value` from the question rather than inventing it."""
+    folded_value, folded_question = fold(value), f" {fold(question)} "
+    if folded_value and f" {folded_value} " in folded_question:
+        return True
+    if folded_value and folded_value in folded_question and len(folded_value) >= 4:
+        return True
+    numbers = _numbers(value, vocab)
+    return bool(numbers) and set(numbers) <= set(_numbers(question, vocab))
+
+
+def _partial(param: EntityParam, text: str, gazetteer: Gazetteer, engine: Engine | None) -> str | None:
+    """A part of a name ('Eduardo', 'time de Dados') that names exactly one entity, or None."""
+    if param.resolve is not None and engine is not None:
+        from tools.business.resolvers import resolve_reference
+
+        try:
+            found = resolve_reference(param.resolve, text, engine)
+        except Exception:  # noqa: BLE001 - store unavailable: not resolvable here
+            return None
+        return found if isinstance(found, str) else None
+    wanted = fold(text).split()
+    keys = {key for surface, key in gazetteer.get(param.source, []) if wanted and all(w in surface.split() for w in wanted)}
+    return keys.pop() if len(keys) == 1 else None

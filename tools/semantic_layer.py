@@ -1,0 +1,1055 @@
+"""The semantic layer: SQL questions as slot filling, compiled by boring-semantic-layer (on Ibis).
+
+Why: the 1.5B local model writes wrong joins and filters when it writes SQL from scratch, but fills a
+small typed JSON object well. So the LLM fills ONE query object whose names are enums generated from
+the semantic model (`tools.semantic_model`) and whose operators are a closed set; this module checks
+it, links its filter values to stored values, resolves the join path, and lets the library compile
+the SQL. The SQL still goes through `SQLTool.query` (sqlglot guard, read-only connection), so the
+semantic path is exactly as read-only as raw text-to-SQL, which remains the fallback
+(`tools.backends.sql`).
+
+Pieces:
+- `SemanticLayer`: names, the generated pydantic query model (`query_model`), `parse` (clear errors
+  for hand-written or LLM objects), `plan` (base entity and join paths), `link_values`, `compile`
+  (boring-semantic-layer over unbound Ibis tables, no connection), `describe` (the prompt's compact
+  model text) and `hints` (what the question's words and stored values point at).
+- `answer_semantic`: one LLM call (plus at most one repair) → rows, or the reason to fall back.
+
+Nothing here knows a dataset: every name comes from the model file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import enum
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from tools.semantic_model import (
+    GRAINS,
+    OPERATORS,
+    Catalog,
+    ColumnKind,
+    Entity,
+    Join,
+    SemanticModelSpec,
+    catalog_from_schema,
+    check_against_catalog,
+    column_kind,
+    expr_columns,
+    load_semantic_model,
+)
+from tramita.base.policyfile import PolicyError
+from tramita.base.text import fold
+
+__all__ = [
+    "MAX_REPAIRS",
+    "CompiledQuery",
+    "QueryObject",
+    "SemanticLayer",
+    "SemanticQueryError",
+    "SemanticRun",
+    "answer_semantic",
+    "layer_for",
+    "period_bounds",
+]
+
+MAX_REPAIRS = 1  # one more LLM call with the refusal shown; then raw text-to-SQL takes over
+MAX_ITEMS = 8  # measures, dimensions, filters ... per query: a question never needs more
+MAX_HINTS = 10
+MAX_JOIN_DEPTH = 3
+GRAIN_SEP = "__"
+_BSL_GRAIN = {g: f"TIME_GRAIN_{g.upper()}" for g in GRAINS}
+_SCALAR_OPS = ("=", "!=", ">", ">=", "<", "<=")
+
+
+class SemanticQueryError(ValueError):
+    """The query object cannot be answered by the model: an unknown name, a bad operator or value,
+    no join path. The message is written to be shown to the LLM in a repair call."""
+
+
+# ----------------------------------------------------------------------------- query object
+
+@dataclass
+class QueryObject:
+    """The checked query, names as strings (`entity.member`, `role.member`, `entity.date__grain`)."""
+
+    expressible: bool = True
+    measures: list[str] = field(default_factory=list)
+    dimensions: list[str] = field(default_factory=list)
+    segments: list[str] = field(default_factory=list)
+    filters: list[tuple[str, str, Any]] = field(default_factory=list)
+    order: list[tuple[str, str]] = field(default_factory=list)
+    limit: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"expressible": self.expressible, "measures": self.measures, "dimensions": self.dimensions,
+                "segments": self.segments,
+                "filters": [{"field": f, "op": o, "value": v} for f, o, v in self.filters],
+                "order": [{"field": f, "direction": d} for f, d in self.order], "limit": self.limit}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A resolved name: the joins from the base entity, the entity reached, the member, the grain."""
+
+    path: tuple[tuple[str, str], ...]  # ((entity, join name), ...) from the base
+    entity: str
+    member: str
+    grain: str | None = None
+
+
+@dataclass
+class Plan:
+    base: str
+    refs: dict[str, Ref]  # every name of the query -> its resolution
+
+
+@dataclass
+class CompiledQuery:
+    sql: str
+    base: str
+    query: QueryObject
+
+
+# ------------------------------------------------------------------------------------ periods
+
+_PERIOD = re.compile(r"^(\d{4})(?:-(?:(H[12])|(Q[1-4])|W(\d{2})|(\d{2})(?:-(\d{2}))?))?$", re.IGNORECASE)
+
+
+def period_bounds(text: str) -> tuple[dt.date, dt.date]:
+    """[start, end) of 'YYYY', 'YYYY-H2', 'YYYY-Q1', 'YYYY-Www' (ISO week), 'YYYY-MM' or 'YYYY-MM-DD'.
+    Comparing a date column with period bounds (not with the text) is what makes 'in March' and
+    'before Q2' mean the same on date and timestamp columns and on every engine."""
+    m = _PERIOD.match(str(text).strip())
+    if not m:
+        raise SemanticQueryError(f"{text!r} is not a period (YYYY, YYYY-H1, YYYY-Q2, YYYY-Www, YYYY-MM or YYYY-MM-DD)")
+    year = int(m.group(1))
+    try:
+        if m.group(2):
+            half = int(m.group(2)[1])
+            start = dt.date(year, 1 + 6 * (half - 1), 1)
+            return start, dt.date(year + half - 1, 1 if half == 2 else 7, 1)
+        if m.group(3):
+            q = int(m.group(3)[1])
+            start = dt.date(year, 3 * q - 2, 1)
+            return start, (dt.date(year + 1, 1, 1) if q == 4 else dt.date(year, 3 * q + 1, 1))
+        if m.group(4):
+            start = dt.date.fromisocalendar(year, int(m.group(4)), 1)
+            return start, start + dt.timedelta(days=7)
+        if m.group(6):
+            start = dt.date(year, int(m.group(5)), int(m.group(6)))
+            return start, start + dt.timedelta(days=1)
+        if m.group(5):
+            month = int(m.group(5))
+            start = dt.date(year, month, 1)
+            return start, (dt.date(year + 1, 1, 1) if month == 12 else dt.date(year, month + 1, 1))
+    except ValueError as exc:
+        raise SemanticQueryError(f"{text!r} is not a valid period: {exc}") from exc
+    return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+
+
+_MONTHS = {
+    **{m: i + 1 for i, m in enumerate(["janeiro", "fevereiro", "marco", "abril", "maio", "junho", "julho", "agosto",
+                                       "setembro", "outubro", "novembro", "dezembro"])},
+    **{m: i + 1 for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july", "august",
+                                       "september", "october", "november", "december"])},
+}
+_ORDINAL = {"1": 1, "2": 2, "3": 3, "4": 4, "primeiro": 1, "segundo": 2, "terceiro": 3, "quarto": 4, "first": 1,
+            "second": 2, "third": 3, "fourth": 4, "1o": 1, "2o": 2, "3o": 3, "4o": 4, "1st": 1, "2nd": 2, "3rd": 3,
+            "4th": 4}
+
+
+def question_periods(question: str, today: str) -> list[tuple[str, str]]:
+    """(words, period) for the calendar periods a question names, in Portuguese or English: the small
+    model misreads 'primeiro trimestre de 2026' or 'last month' far more often than it copies a
+    period it is given."""
+    text = fold(question).replace("º", "o")
+    out: list[tuple[str, str]] = []
+    month_names = "|".join(_MONTHS)
+    for m in re.finditer(rf"\b({month_names})\b(?:\s+(?:de|of))?\s+(\d{{4}})\b", text):
+        out.append((m.group(0), f"{m.group(2)}-{_MONTHS[m.group(1)]:02d}"))
+    ords = "|".join(_ORDINAL)
+    for m in re.finditer(rf"\b({ords})\s*(?:tri|trimestre|quarter|qtr)\b(?:\s+(?:de|of))?\s+(\d{{4}})\b", text):
+        out.append((m.group(0), f"{m.group(2)}-Q{_ORDINAL[m.group(1)]}"))
+    for m in re.finditer(r"\bq([1-4])\s+(?:de\s+|of\s+)?(\d{4})\b", text):
+        out.append((m.group(0), f"{m.group(2)}-Q{m.group(1)}"))
+    for m in re.finditer(rf"\b({ords})\s*(?:semestre|half)\b(?:\s+(?:de|of))?\s+(\d{{4}})\b", text):
+        if _ORDINAL[m.group(1)] <= 2:
+            out.append((m.group(0), f"{m.group(2)}-H{_ORDINAL[m.group(1)]}"))
+    for m in re.finditer(r"\b(?:semana|week)\s+(\d{1,2})\s+(?:de|of)\s+(\d{4})\b", text):
+        out.append((m.group(0), f"{m.group(2)}-W{int(m.group(1)):02d}"))
+    try:
+        day = dt.date.fromisoformat(today)
+    except ValueError:
+        return out
+    prev_month = (day.replace(day=1) - dt.timedelta(days=1))
+    iso = day.isocalendar()
+    last_week = (day - dt.timedelta(days=7)).isocalendar()
+    relative = {
+        r"\b(?:este|neste|esse|nesse) mes\b|\bthis month\b": f"{day:%Y-%m}",
+        r"\bmes passado\b|\bultimo mes\b|\blast month\b": f"{prev_month:%Y-%m}",
+        r"\b(?:esta|nesta|essa|nessa) semana\b|\bthis week\b": f"{iso.year}-W{iso.week:02d}",
+        r"\bsemana passada\b|\bultima semana\b|\blast week\b": f"{last_week.year}-W{last_week.week:02d}",
+        r"\b(?:este|neste|esse|nesse) ano\b|\bthis year\b": f"{day.year}",
+        r"\bano passado\b|\blast year\b": f"{day.year - 1}",
+        r"\bhoje\b|\btoday\b": f"{day}",
+        r"\bontem\b|\byesterday\b": f"{day - dt.timedelta(days=1)}",
+    }
+    for pattern, period in relative.items():
+        m = re.search(pattern, text)
+        if m:
+            out.append((m.group(0), period))
+    return out
+
+
+# ------------------------------------------------------------------------------------ layer
+
+class SemanticLayer:
+    """One semantic model over one database dialect; built once per model file and schema."""
+
+    def __init__(self, spec: SemanticModelSpec, catalog: Catalog, dialect: str, *, source: str = "") -> None:
+        if dialect not in ("sqlite", "postgres"):
+            raise ValueError(f"unsupported dialect {dialect!r}")
+        self.spec = spec
+        self.catalog = catalog
+        self.dialect = dialect
+        self.source = source or spec.name
+        problems = check_against_catalog(spec, catalog)
+        if problems:
+            raise PolicyError("\n".join(f"{self.source}: field {p}" for p in problems))
+        self._roles: dict[str, set[str]] = {}  # role -> target entities
+        for ent in spec.entities.values():
+            for jname, join in ent.joins.items():
+                self._roles.setdefault(jname, set()).add(join.entity)
+        self.dimension_names, self.filter_names = self._dimension_names()
+        self.measure_names = [f"{e}.{m}" for e, ent in spec.entities.items() for m in ent.measures]
+        self.segment_names = [f"{e}.{s}" for e, ent in spec.entities.items() for s in ent.segments]
+        self.query_model = self._query_model()
+        self._paths: dict[str, dict[str, list[tuple[tuple[str, str], ...]]]] = {}
+        for i, ex in enumerate(spec.examples):
+            try:
+                self.compile(self.parse(ex.query))
+            except SemanticQueryError as exc:
+                raise PolicyError(f"{self.source}: field examples.{i}.query: {exc}") from exc
+
+    # -------------------------------------------------------------------------------- names
+
+    def kind(self, entity: str, dim: str) -> ColumnKind:
+        """The semantic type of a dimension: declared, else its column's database type."""
+        d = self.spec.entities[entity].dimensions[dim]
+        if d.type:
+            return d.type
+        if d.expr:
+            return "number"
+        table = self.spec.entities[entity].table_name(entity)
+        return column_kind(self.catalog[table].columns[d.column or dim])
+
+    def _dimension_names(self) -> tuple[list[str], list[str]]:
+        dims: list[str] = []
+        filters: list[str] = []
+        for ename, ent in self.spec.entities.items():
+            for dname, d in ent.dimensions.items():
+                dims.append(f"{ename}.{dname}")
+                dims.extend(f"{ename}.{dname}{GRAIN_SEP}{g}" for g in d.time_grains)
+                filters.append(f"{ename}.{dname}")
+        for role, targets in self._roles.items():
+            for target in sorted(targets):
+                for dname in self.spec.entities[target].dimensions:
+                    name = f"{role}.{dname}"
+                    if name not in dims:
+                        dims.append(name)
+                        filters.append(name)
+        return dims, filters
+
+    def _query_model(self) -> type[BaseModel]:
+        """The pydantic model the LLM's output must satisfy: every name an enum (a `$defs` entry, so
+        llama.cpp's grammar holds each list once), operators a closed set. Generated from the model
+        file, so a name that does not exist cannot even be sampled."""
+        dim = enum.Enum("Dimension", {f"d{i}": n for i, n in enumerate(self.dimension_names)}, type=str)  # type: ignore[misc]
+        fields = self.filter_names + self.measure_names
+        fld = enum.Enum("Field", {f"f{i}": n for i, n in enumerate(fields)}, type=str)  # type: ignore[misc]
+        ordr = enum.Enum("OrderField", {f"o{i}": n for i, n in enumerate(self.dimension_names + self.measure_names)},
+                         type=str)  # type: ignore[misc]
+        meas: Any = enum.Enum("Measure", {f"m{i}": n for i, n in enumerate(self.measure_names)}, type=str) \
+            if self.measure_names else str  # type: ignore[misc]
+        seg: Any = enum.Enum("Segment", {f"s{i}": n for i, n in enumerate(self.segment_names)}, type=str) \
+            if self.segment_names else str  # type: ignore[misc]
+        op = enum.Enum("Operator", {f"op{i}": o for i, o in enumerate(OPERATORS)}, type=str)  # type: ignore[misc]
+        strict = ConfigDict(extra="forbid")
+        value_type: Any = str | float | list[str | float] | None
+        filt = create_model("Filter", __config__=strict, field=(fld, ...), op=(op, ...), value=(value_type, None))
+        order = create_model("Order", __config__=strict, field=(ordr, ...),
+                             direction=(Literal["asc", "desc"], "desc"))
+        return create_model(
+            "SemanticQuery", __config__=strict,
+            __doc__="ONE query over the semantic model; expressible=false when it cannot answer the question.",
+            expressible=(bool, ...),
+            measures=(list[meas], Field(default_factory=list, max_length=MAX_ITEMS)),
+            dimensions=(list[dim], Field(default_factory=list, max_length=MAX_ITEMS)),
+            segments=(list[seg], Field(default_factory=list, max_length=MAX_ITEMS)),
+            filters=(list[filt], Field(default_factory=list, max_length=MAX_ITEMS)),  # type: ignore[valid-type]
+            order=(list[order], Field(default_factory=list, max_length=MAX_ITEMS)),  # type: ignore[valid-type]
+            limit=(int | None, Field(None, ge=1, le=1000)),
+        )
+
+    # -------------------------------------------------------------------------------- parse
+
+    def parse(self, data: dict[str, Any] | str | BaseModel) -> QueryObject:
+        """A query object from JSON text, a dict or the LLM's parsed model; a refusal names the
+        field, the bad value and the closest valid names."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise SemanticQueryError(f"not JSON: {exc}") from exc
+        if isinstance(data, BaseModel):
+            data = data.model_dump(mode="json")
+        if not isinstance(data, dict):
+            raise SemanticQueryError("the query must be a JSON object")
+        data = {"expressible": True, **data}
+        try:
+            parsed = self.query_model.model_validate(data)
+        except ValidationError as exc:
+            raise SemanticQueryError(self._explain(exc, data)) from exc
+        raw = parsed.model_dump(mode="json")
+        return QueryObject(
+            expressible=raw["expressible"], measures=list(dict.fromkeys(raw["measures"])),
+            dimensions=list(dict.fromkeys(raw["dimensions"])), segments=list(dict.fromkeys(raw["segments"])),
+            filters=[(f["field"], f["op"], f["value"]) for f in raw["filters"]],
+            order=[(o["field"], o["direction"]) for o in raw["order"]], limit=raw["limit"])
+
+    def _explain(self, exc: ValidationError, data: dict[str, Any]) -> str:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            bad = err.get("input")
+            where = str(err["loc"][0]) if err["loc"] else ""
+            if err["type"] == "enum" and isinstance(bad, str):
+                if loc.endswith(".op"):
+                    lines.append(f"{loc}: unknown operator {bad!r}; operators: {' '.join(OPERATORS)}")
+                    continue
+                pool = {"measures": self.measure_names, "segments": self.segment_names,
+                        "dimensions": self.dimension_names}.get(where, self.filter_names + self.measure_names)
+                kind = {"measures": "measure", "segments": "segment", "dimensions": "dimension"}.get(where, "field")
+                close = difflib.get_close_matches(bad, pool, n=3, cutoff=0.5)
+                lines.append(f"{loc}: unknown {kind} {bad!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
+            else:
+                lines.append(f"{loc or '(root)'}: {err['msg']}")
+        return "; ".join(lines)
+
+    # --------------------------------------------------------------------------------- plan
+
+    def _follows(self, entity: str, jname: str, join: Join) -> bool:
+        """Whether the plain entity name follows this join (see `Join.default`)."""
+        if join.default is not None:
+            return join.default
+        if join.entity == entity:
+            return False
+        same = [j for j in self.spec.entities[entity].joins.values() if j.entity == join.entity]
+        return len(same) == 1
+
+    def _reach(self, base: str) -> dict[str, list[tuple[tuple[str, str], ...]]]:
+        """Shortest default join paths from `base` to every entity (several = ambiguous)."""
+        if base in self._paths:
+            return self._paths[base]
+        best: dict[str, list[tuple[tuple[str, str], ...]]] = {base: [()]}
+        frontier: list[tuple[str, tuple[tuple[str, str], ...]]] = [(base, ())]
+        for _ in range(MAX_JOIN_DEPTH):
+            nxt: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+            found: dict[str, list[tuple[tuple[str, str], ...]]] = {}
+            for ent, path in frontier:
+                for jname, join in self.spec.entities[ent].joins.items():
+                    if not self._follows(ent, jname, join) or join.entity in best:
+                        continue
+                    p = (*path, (ent, jname))
+                    found.setdefault(join.entity, []).append(p)
+                    nxt.append((join.entity, p))
+            best.update(found)
+            frontier = nxt
+        self._paths[base] = best
+        return best
+
+    def _resolve(self, name: str, base: str, kind: str) -> Ref:
+        prefix, _, member = name.partition(".")
+        grain = None
+        if GRAIN_SEP in member:
+            member, _, grain = member.partition(GRAIN_SEP)
+        reach = self._reach(base)
+        if prefix in self.spec.entities:
+            paths = reach.get(prefix, [])
+            if not paths:
+                raise SemanticQueryError(f"{name}: {prefix} is not reachable from {base} through its joins"
+                                         + self._role_hint(prefix, base))
+            if len(paths) > 1:
+                raise SemanticQueryError(f"{name}: {prefix} is reachable from {base} in several ways"
+                                         + self._role_hint(prefix, base))
+            return self._member(Ref(paths[0], prefix, member, grain), name, kind)
+        if prefix in self._roles:
+            owners = sorted(((len(p[0]), e, p[0]) for e, p in reach.items()
+                             if len(p) == 1 and prefix in self.spec.entities[e].joins), key=lambda t: t[0])
+            if not owners:
+                raise SemanticQueryError(f"{name}: no entity reachable from {base} has the join {prefix}")
+            if len(owners) > 1 and owners[0][0] == owners[1][0]:
+                raise SemanticQueryError(f"{name}: the join {prefix} exists on {owners[0][1]} and {owners[1][1]}; "
+                                         "name the entity instead")
+            _, owner, path = owners[0]
+            join = self.spec.entities[owner].joins[prefix]
+            return self._member(Ref((*path, (owner, prefix)), join.entity, member, grain), name, kind)
+        raise SemanticQueryError(f"{name}: unknown entity or join {prefix!r}")
+
+    def _role_hint(self, target: str, base: str) -> str:
+        roles = sorted({j for e, paths in self._reach(base).items() if len(paths) == 1
+                        for j, join in self.spec.entities[e].joins.items() if join.entity == target})
+        return f"; write it through a join: {', '.join(r + '.<field>' for r in roles)}" if roles else ""
+
+    def _member(self, ref: Ref, name: str, kind: str) -> Ref:
+        ent = self.spec.entities[ref.entity]
+        pool = {"measure": ent.measures, "segment": ent.segments}.get(kind, ent.dimensions)
+        if ref.member not in pool:
+            raise SemanticQueryError(f"{name}: {ref.entity} has no {kind} {ref.member!r}")
+        if kind == "dimension" and ref.grain is not None and ref.grain not in ent.dimensions[ref.member].time_grains:
+            raise SemanticQueryError(f"{name}: {ref.entity}.{ref.member} has no time grain {ref.grain!r}")
+        return ref
+
+    def plan(self, q: QueryObject) -> Plan:
+        """The base entity (the measures' entity; without measures, the entity from which every
+        named entity is reachable) and each name's join path."""
+        if not (q.measures or q.dimensions):
+            raise SemanticQueryError("name at least one measure or dimension")
+        dim_names = [*q.dimensions, *(f for f, _, _ in q.filters if f not in self.measure_names),
+                     *(f for f, _ in q.order if f not in self.measure_names)]
+        measure_names = [*q.measures, *(f for f, _, _ in q.filters if f in self.measure_names),
+                         *(f for f, _ in q.order if f in self.measure_names)]
+        bases = sorted({m.split(".", 1)[0] for m in measure_names})
+        if len(bases) > 1:
+            raise SemanticQueryError(f"measures of one entity per query, not of {' and '.join(bases)}")
+        if bases:
+            candidates, n_named = bases, 1
+        else:
+            named = [n.split(".", 1)[0] for n in [*dim_names, *q.segments]]
+            referenced = [n for n in named if n in self.spec.entities]
+            owners = [e for e, ent in self.spec.entities.items() if any(n in ent.joins for n in named)]
+            first = list(dict.fromkeys([*referenced, *owners]))
+            candidates, n_named = first + [e for e in self.spec.entities if e not in first], len(first)
+        errors: list[str] = []
+        options: list[tuple[bool, int, int, Plan]] = []
+        for rank, base in enumerate(candidates):
+            try:
+                refs = {n: self._resolve(n, base, "dimension") for n in dim_names}
+                refs.update({n: self._resolve(n, base, "measure") for n in measure_names})
+                refs.update({n: self._resolve(n, base, "segment") for n in q.segments})
+            except SemanticQueryError as exc:
+                errors.append(str(exc))
+                continue
+            # an entity the query names beats a bridge entity; then the shortest joins
+            options.append((rank >= n_named, sum(len(r.path) for r in refs.values()), rank, Plan(base, refs)))
+        if not options:
+            raise SemanticQueryError(errors[0] if errors else "no entity answers this query")
+        return min(options, key=lambda o: o[:3])[3]
+
+    # ----------------------------------------------------------------------------- values
+
+    def link_values(self, q: QueryObject, plan: Plan, stored: Callable[[str, str], list[str] | None]) -> QueryObject:
+        """Each text filter value replaced by the stored value it names: exactly, ignoring case and
+        accents, through the model's value synonyms, or as the one stored value containing it; a
+        value that matches another text column of the same entity moves the filter there. A column
+        with a closed list of values refuses anything else. Numbers and periods are checked here too."""
+        out: list[tuple[str, str, Any]] = []
+        for name, op, value in q.filters:
+            if name in self.measure_names:
+                out.append((name, op, _number(name, op, value)))
+                continue
+            ref = plan.refs[name]
+            kind = self.kind(ref.entity, ref.member)
+            _check_shape(name, op, value)
+            if op in ("is_null", "not_null"):
+                out.append((name, op, None))
+            elif kind in ("date", "timestamp"):
+                for v in (value if isinstance(value, list) else [value]):
+                    if not _is_exact_timestamp(v):
+                        period_bounds(str(v))
+                out.append((name, op, value))
+            elif kind in ("integer", "number"):
+                out.append((name, op, _number(name, op, value)))
+            elif kind == "boolean" or op == "contains":
+                out.append((name, op, value))
+            else:
+                values = value if isinstance(value, list) else [value]
+                linked = [self._link_text(ref, name, str(v), stored) for v in values]
+                fields = {f for f, _ in linked}
+                if len(fields) > 1:
+                    raise SemanticQueryError(f"{name}: the values {values} live in different columns")
+                new_name = fields.pop()
+                if new_name != name:
+                    plan.refs[new_name] = Ref(ref.path, ref.entity, new_name.rsplit(".", 1)[1])
+                vals = [v for _, v in linked]
+                out.append((new_name, op, vals if isinstance(value, list) else vals[0]))
+        q.filters = out
+        return q
+
+    def _link_text(self, ref: Ref, name: str, value: str, stored: Callable[[str, str], list[str] | None]
+                   ) -> tuple[str, str]:
+        ent = self.spec.entities[ref.entity]
+        known, closed = self._known_values(ref.entity, ref.member, stored)
+        hit = _match_value(value, known, ent.dimensions[ref.member].values)
+        if hit is not None:
+            return name, hit
+        prefix = name.split(".", 1)[0]
+        for other, d in ent.dimensions.items():  # the same words in a sibling column (name vs name_en)
+            if other == ref.member or d.expr or self.kind(ref.entity, other) != "string":
+                continue
+            other_known, _ = self._known_values(ref.entity, other, stored)
+            other_hit = _match_value(value, other_known, d.values, loose=False)
+            if other_hit is not None:
+                return f"{prefix}.{other}", other_hit
+        if closed:
+            shown = ", ".join(repr(v) for v in known[:20])
+            raise SemanticQueryError(f"{name}: {value!r} is not a stored value; stored values: {shown}")
+        return name, value
+
+    def _known_values(self, entity: str, dim: str, stored: Callable[[str, str], list[str] | None]
+                      ) -> tuple[list[str], bool]:
+        """(values, closed): the model's and the schema's value lists are closed; values read from
+        the database are complete when the column is small enough to be read at all."""
+        ent = self.spec.entities[entity]
+        d = ent.dimensions[dim]
+        column = d.column or dim
+        table = ent.table_name(entity)
+        declared = list(d.values) or list(self.catalog[table].enums.get(column, ()))
+        if declared:
+            return declared, True
+        if d.expr:
+            return [], False
+        read = stored(table, column)
+        return (read or []), bool(read)
+
+    # ------------------------------------------------------------------------------ compile
+
+    def compile(self, q: QueryObject, stored: Callable[[str, str], list[str] | None] | None = None) -> CompiledQuery:
+        """Plan, link values, then let boring-semantic-layer build the query over unbound Ibis tables
+        and compile it for the dialect; the SQL is tidied by sqlglot's optimizer when that succeeds."""
+        if not q.expressible:
+            raise SemanticQueryError("the query says it is not expressible")
+        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), list(q.filters),
+                        list(q.order), q.limit)
+        for f, _ in q.order:  # the library orders only by selected fields
+            if f in self.measure_names and f not in q.measures:
+                q.measures.append(f)
+            elif f not in self.measure_names and f not in q.dimensions:
+                q.dimensions.append(f)
+        for f, _, _ in q.filters:  # a HAVING filter needs its measure computed
+            if f in self.measure_names and f not in q.measures:
+                q.measures.append(f)
+        plan = self.plan(q)
+        q = self.link_values(q, plan, stored or (lambda _t, _c: None))
+        try:
+            sql = self._bsl_sql(q, plan)
+        except SemanticQueryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a library refusal becomes a repairable message
+            raise SemanticQueryError(f"the query could not be compiled: {type(exc).__name__}: {exc}"[:400]) from exc
+        return CompiledQuery(sql=_tidy(sql, self.dialect, self._sqlglot_schema()), base=plan.base, query=q)
+
+    def _bsl_sql(self, q: QueryObject, plan: Plan) -> str:
+        import ibis
+        from boring_semantic_layer import Dimension as BDim
+        from boring_semantic_layer import to_semantic_table
+
+        nodes = _tree(plan, self.spec)
+        joined = len(nodes) > 1
+        aliases = _aliases(plan, nodes)
+
+        def qualified(path: tuple[tuple[str, str], ...], member: str) -> str:
+            return f"{aliases[path]}.{member}"
+
+        def model(path: tuple[tuple[str, str], ...]) -> Any:
+            entity = nodes[path]
+            ent = self.spec.entities[entity]
+            table = ent.table_name(entity)
+            schema = {c: _ibis_type(column_kind(t)) for c, t in self.catalog[table].columns.items()}
+            tbl = ibis.table(schema, name=table).view()
+            key = (lambda m: m) if joined else (lambda m: qualified(path, m))
+            dims = {key(d): BDim(expr=_dim_expr(spec.column or d, spec.expr), description=spec.description or None,
+                                 is_time_dimension=bool(spec.time_grains),
+                                 smallest_time_grain="TIME_GRAIN_DAY" if spec.time_grains else None)
+                    for d, spec in ent.dimensions.items()}
+            m = to_semantic_table(tbl, name=aliases[path]).with_dimensions(**dims)
+            if path == ():
+                m = m.with_measures(**{key(n): _measure_expr(meas.agg, ent.dimensions[meas.column].column or meas.column
+                                                             if meas.column else None,
+                                                             ent.dimensions[meas.column].expr if meas.column else None)
+                                       for n, meas in ent.measures.items()})
+            for child in sorted(p for p in nodes if len(p) == len(path) + 1 and p[:-1] == path):
+                owner, jname = child[-1]
+                join = self.spec.entities[owner].joins[jname]
+                target = self.spec.entities[join.entity]
+                tcol = join.target_column or (target.dimensions[target.primary_key].column or target.primary_key
+                                              if target.primary_key else "")
+                m = m.join_one(model(child), on=lambda l, r, a=join.column, b=tcol: getattr(l, a) == getattr(r, b))
+            return m
+
+        root = model(())
+        name_of = {n: qualified(r.path, r.member) for n, r in plan.refs.items()}
+        dims = list(dict.fromkeys(name_of[d] for d in q.dimensions))
+        grains: dict[str, str] = {}
+        for d in q.dimensions:
+            ref = plan.refs[d]
+            if ref.grain:
+                if grains.get(name_of[d], _BSL_GRAIN[ref.grain]) != _BSL_GRAIN[ref.grain]:
+                    raise SemanticQueryError(f"{d}: one time grain per date dimension")
+                grains[name_of[d]] = _BSL_GRAIN[ref.grain]
+        measures = list(dict.fromkeys(name_of[m] for m in q.measures))
+        pre: list[Any] = []
+        having: list[Any] = []
+        for fname, op, value in q.filters:
+            if fname in self.measure_names:
+                having.append({"field": name_of[fname], "operator": op, "value": value})
+                continue
+            ref = plan.refs[fname]
+            pre.append(self._predicate(name_of.get(fname) or qualified(ref.path, ref.member),
+                                       self.kind(ref.entity, ref.member), op, value))
+        for sname in q.segments:
+            ref = plan.refs[sname]
+            for cond in self.spec.entities[ref.entity].segments[ref.member].where:
+                pre.append(self._predicate(qualified(ref.path, cond.field), self.kind(ref.entity, cond.field),
+                                           cond.op, cond.value))
+        order = [(name_of[f], d) for f, d in q.order]
+        ordered = {f for f, _ in order}
+        order += [(d, "asc") for d in dims if d not in ordered]  # ties broken the same way every time
+        query = root.query(dimensions=dims or None, measures=measures or None, filters=[*pre, *having] or None,
+                           order_by=order or None, limit=q.limit, time_grains=grains or None)
+        return str(query.sql(dialect=self.dialect))
+
+    def _predicate(self, bsl_name: str, kind: ColumnKind, op: str, value: Any) -> Callable[[Any], Any]:
+        """An Ibis predicate on one dimension; dates compare with period bounds, typed as the column."""
+        import ibis
+
+        def col(t: Any) -> Any:
+            return getattr(t, bsl_name)  # dimensions first (the library's resolver), then columns
+
+        if op == "is_null":
+            return lambda t: col(t).isnull()
+        if op == "not_null":
+            return lambda t: col(t).notnull()
+        if kind in ("date", "timestamp"):
+            def lit(d: Any) -> Any:
+                if kind == "date":
+                    return ibis.literal(d, type="date")
+                stamp = d if isinstance(d, dt.datetime) else dt.datetime.combine(d, dt.time())
+                return ibis.literal(stamp, type="timestamp")
+
+            def during(t: Any, v: Any) -> Any:
+                if _is_exact_timestamp(v):
+                    return col(t) == ibis.literal(dt.datetime.fromisoformat(str(v)), type="timestamp")
+                a, b = period_bounds(str(v))
+                return (col(t) >= lit(a)) & (col(t) < lit(b))
+
+            if op in ("=", "in"):
+                vals = value if isinstance(value, list) else [value]
+                return lambda t: _any(during(t, v) for v in vals)
+            if op in ("!=", "not_in"):
+                vals = value if isinstance(value, list) else [value]
+                return lambda t: ~_any(during(t, v) for v in vals)
+            if op == "between":
+                a, b = period_bounds(str(value[0]))[0], period_bounds(str(value[1]))[1]
+                return lambda t: (col(t) >= lit(a)) & (col(t) < lit(b))
+            start, end = period_bounds(str(value))
+            bound = {"<": start, ">=": start, ">": end, "<=": end}.get(op)
+            if bound is None:
+                raise SemanticQueryError(f"{bsl_name}: operator {op} does not apply to dates")
+            if op in ("<", "<="):
+                return lambda t: col(t) < lit(bound)
+            return lambda t: col(t) >= lit(bound)
+        if op == "contains":
+            needle = str(value).lower()
+            return lambda t: col(t).lower().contains(needle)
+        if op in ("in", "not_in"):
+            vals = list(value)
+            return (lambda t: col(t).isin(vals)) if op == "in" else (lambda t: ~col(t).isin(vals))
+        if op == "between":
+            lo, hi = value
+            return lambda t: col(t).between(lo, hi)
+        compare: dict[str, Callable[[Any, Any], Any]] = {
+            "=": lambda c, v: c == v, "!=": lambda c, v: c != v, ">": lambda c, v: c > v,
+            ">=": lambda c, v: c >= v, "<": lambda c, v: c < v, "<=": lambda c, v: c <= v}
+        fn = compare[op]
+        return lambda t: fn(col(t), value)
+
+    def _sqlglot_schema(self) -> dict[str, dict[str, str]]:
+        sql_type = {"string": "TEXT", "integer": "BIGINT", "number": "DOUBLE", "date": "DATE",
+                    "timestamp": "TIMESTAMP", "boolean": "BOOLEAN"}
+        return {t: {c: sql_type[column_kind(ty)] for c, ty in info.columns.items()} for t, info in self.catalog.items()}
+
+    # ----------------------------------------------------------------------------- prompts
+
+    def describe(self) -> str:
+        """The model for the prompt, compact and always identical (the static, cached prefix)."""
+        lines: list[str] = []
+        for ename, ent in self.spec.entities.items():
+            lines.append(f"{ename}: {ent.description}" if ent.description else ename)
+            dims = []
+            for dname, d in ent.dimensions.items():
+                text = dname
+                if d.values:
+                    text += "{" + "|".join(d.values) + "}"
+                notes = []
+                if d.time_grains:
+                    notes.append(self.kind(ename, dname))
+                if d.unit:
+                    notes.append(d.unit)
+                if d.expr:
+                    notes.append(d.expr)
+                if notes:
+                    text += f" ({', '.join(notes)})"
+                dims.append(text)
+            lines.append("  dimensions: " + ", ".join(dims))
+            if ent.measures:
+                lines.append("  measures: " + ", ".join(ent.measures))
+            if ent.segments:
+                lines.append("  segments: " + "; ".join(f"{s} = {seg.description}" if seg.description else s
+                                                         for s, seg in ent.segments.items()))
+            if ent.joins:
+                lines.append("  joins: " + ", ".join(
+                    f"{j}→{join.entity}" + (" (default)" if join.default else "")
+                    + (f" ({join.description})" if join.description and len(join.description) <= 30 else "")
+                    for j, join in ent.joins.items()))
+        return "\n".join(lines)
+
+    def examples_text(self) -> str:
+        """The model file's worked examples as question → full JSON (the shape the grammar forces)."""
+        out = []
+        for ex in self.spec.examples:
+            q = self.parse(ex.query)
+            out.append(f"Q: {ex.question}\nA: {json.dumps(q.as_json(), ensure_ascii=False)}")
+        return "\n".join(out)
+
+    def hints(self, question: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> list[str]:
+        """What the question's words point at: stored values (from the database's value index),
+        the model's value, member, segment and entity synonyms, and calendar periods."""
+        text = " " + " ".join(fold(question).split()) + " "
+        out: list[str] = []
+        seen: set[str] = set()
+
+        def add(line: str) -> None:
+            if line not in seen and len(out) < MAX_HINTS:
+                seen.add(line)
+                out.append(line)
+
+        by_column: dict[tuple[str, str], list[str]] = {}
+        for ename, ent in self.spec.entities.items():
+            for dname, d in ent.dimensions.items():
+                if not d.expr:
+                    by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
+        for table, column, value in value_hits:
+            for name in by_column.get((table, column), []):
+                add(f"{name} = {value!r}")
+        for words, period in question_periods(question, today):
+            add(f"'{words}' = period {period}")
+        mentioned = [e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)]
+        near = {r for e in mentioned for r in self._reach(e)} or set(self.spec.entities)
+        for ename, ent in self.spec.entities.items():
+            if ename not in near:
+                continue  # 'approved' names a status of every entity that has one: only the nearby ones
+            for dname, d in ent.dimensions.items():
+                for stored, syns in d.values.items():
+                    if any(_has(text, w) for w in [stored, *syns]):
+                        add(f"{ename}.{dname} = {stored!r}")
+        for ename, ent in self.spec.entities.items():
+            for sname, seg in ent.segments.items():
+                word = next((w for w in seg.synonyms if _has(text, w)), None)
+                if word:
+                    add(f"'{word}' → segment {ename}.{sname}")
+            for mname, meas in ent.measures.items():
+                word = next((w for w in meas.synonyms if _has(text, w)), None)
+                if word and _mentions(text, ent, ename):
+                    add(f"'{word}' → {ename}.{mname}")
+            for jname, join in ent.joins.items():
+                word = next((w for w in join.synonyms if _has(text, w)), None)
+                if word and _mentions(text, ent, ename):
+                    add(f"'{word}' → {jname} (join of {ename} to {join.entity})")
+            for dname, d in ent.dimensions.items():
+                word = next((w for w in d.synonyms if _has(text, w)), None)
+                if word and _mentions(text, ent, ename):
+                    add(f"'{word}' → {ename}.{dname}")
+        for ename, ent in self.spec.entities.items():
+            word = next((w for w in [ename, *ent.synonyms] if _has(text, w)), None)
+            if word:
+                add(f"'{word}' → {ename}")
+        return out
+
+
+def _mentions(text: str, ent: Entity, name: str) -> bool:
+    return any(_has(text, w) for w in [name, *ent.synonyms])
+
+
+def _has(text: str, words: str) -> bool:
+    """Whole-word, accent- and case-insensitive; a trailing 's' is optional (plural)."""
+    key = " ".join(fold(words).split())
+    if not key:
+        return False
+    return f" {key} " in text or f" {key}s " in text or (key.endswith("s") and f" {key[:-1]} " in text)
+
+
+def _match_value(value: str, known: list[str], synonyms: dict[str, list[str]], *, loose: bool = True) -> str | None:
+    if value in known:
+        return value
+    key = fold(value)
+    for v in known:
+        if fold(v) == key:
+            return v
+    for stored, words in synonyms.items():
+        if any(fold(w) == key for w in words):
+            return stored
+    if not loose or not key:
+        return None
+    inside = [v for v in known if f" {key} " in f" {fold(v)} " or f" {fold(v)} " in f" {key} "]
+    return inside[0] if len(inside) == 1 else None
+
+
+def _check_shape(name: str, op: str, value: Any) -> None:
+    if op in ("in", "not_in", "between"):
+        if not isinstance(value, list) or not value or (op == "between" and len(value) != 2):
+            raise SemanticQueryError(f"{name}: {op} takes a list" + (" of two values" if op == "between" else ""))
+    elif op in ("is_null", "not_null"):
+        return
+    elif isinstance(value, list) or value is None:
+        raise SemanticQueryError(f"{name}: {op} takes one value")
+
+
+def _number(name: str, op: str, value: Any) -> Any:
+    _check_shape(name, op, value)
+    if value is None:
+        return None
+
+    def one(v: Any) -> float | int:
+        try:
+            f = float(str(v).replace(",", "")) if not isinstance(v, (int, float)) else float(v)
+        except ValueError as exc:
+            raise SemanticQueryError(f"{name}: {v!r} is not a number") from exc
+        return int(f) if f.is_integer() else f
+
+    return [one(v) for v in value] if isinstance(value, list) else one(value)
+
+
+def _is_exact_timestamp(v: Any) -> bool:
+    return bool(re.match(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", str(v)))
+
+
+def _any(preds: Iterable[Any]) -> Any:
+    out = None
+    for p in preds:
+        out = p if out is None else (out | p)
+    return out
+
+
+def _tree(plan: Plan, spec: SemanticModelSpec) -> dict[tuple[tuple[str, str], ...], str]:
+    """Every join path the query needs (with its prefixes) -> the entity at its end."""
+    nodes: dict[tuple[tuple[str, str], ...], str] = {(): plan.base}
+    for ref in plan.refs.values():
+        for i in range(1, len(ref.path) + 1):
+            owner, jname = ref.path[i - 1]
+            nodes[ref.path[:i]] = spec.entities[owner].joins[jname].entity
+    return nodes
+
+
+def _aliases(plan: Plan, nodes: dict[tuple[tuple[str, str], ...], str]) -> dict[tuple[tuple[str, str], ...], str]:
+    """One unique name per joined table: the name the query used for it, else the join's name."""
+    used: dict[tuple[tuple[str, str], ...], str] = {(): plan.base}
+    for name, ref in plan.refs.items():
+        used.setdefault(ref.path, name.split(".", 1)[0])
+    out: dict[tuple[tuple[str, str], ...], str] = {}
+    taken: set[str] = set()
+    for path in sorted(nodes, key=len):
+        alias = used.get(path) or path[-1][1]
+        base_alias, n = alias, 2
+        while alias in taken:
+            alias, n = f"{base_alias}_{n}", n + 1
+        taken.add(alias)
+        out[path] = alias
+    return out
+
+
+def _ibis_type(kind: ColumnKind) -> str:
+    return {"string": "string", "integer": "int64", "number": "float64", "date": "date", "timestamp": "timestamp",
+            "boolean": "boolean"}[kind]
+
+
+def _dim_expr(column: str, expr: str | None) -> Callable[[Any], Any]:
+    if expr is None:
+        return lambda t: t[column]
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(expr)
+    expr_columns(expr)  # checked when the model loaded; repeated so this function stands alone
+
+    def build(node: exp.Expression, t: Any) -> Any:
+        if isinstance(node, exp.Paren):
+            return build(node.this, t)
+        if isinstance(node, exp.Neg):
+            return -build(node.this, t)
+        if isinstance(node, exp.Column):
+            return t[node.name]
+        if isinstance(node, exp.Literal):
+            return float(node.this) if "." in node.this else int(node.this)
+        ops: dict[type, Callable[[Any, Any], Any]] = {exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b,
+                                                      exp.Mul: lambda a, b: a * b, exp.Div: lambda a, b: a / b}
+        return ops[type(node)](build(node.this, t), build(node.expression, t))
+
+    return lambda t: build(tree, t)
+
+
+def _measure_expr(agg: str, column: str | None, expr: str | None) -> Callable[[Any], Any]:
+    if agg == "count" and column is None:
+        return lambda t: t.count()
+    value = _dim_expr(column or "", expr)
+    fns: dict[str, Callable[[Any], Any]] = {
+        "count": lambda c: c.count(), "sum": lambda c: c.sum(), "avg": lambda c: c.mean(), "min": lambda c: c.min(),
+        "max": lambda c: c.max(), "count_distinct": lambda c: c.nunique()}
+    fn = fns[agg]
+    return lambda t: fn(value(t))
+
+
+# sqlglot's optimizer without the rules that change types or simplify expressions: it only merges
+# the library's nested subqueries and drops unused columns, so the SQL reads like a person's.
+_TIDY_RULES = ("qualify", "pushdown_projections", "unnest_subqueries", "eliminate_subqueries", "merge_subqueries",
+               "eliminate_joins", "eliminate_ctes", "quote_identifiers")
+
+
+def _tidy(sql: str, dialect: str, schema: dict[str, dict[str, str]]) -> str:
+    try:
+        import sqlglot
+        from sqlglot.optimizer import RULES, optimize
+
+        rules = [r for r in RULES if r.__name__ in _TIDY_RULES]
+        tree = optimize(sqlglot.parse_one(sql, read=dialect), schema=schema, dialect=dialect, rules=rules)
+        return str(tree.sql(dialect=dialect))
+    except Exception:  # noqa: BLE001 - tidying is cosmetic: the library's SQL is correct as it is
+        return sql
+
+
+# --------------------------------------------------------------------------- load and answer
+
+_lock = threading.Lock()
+
+
+def layer_for(model_path: Path, tool: Any) -> SemanticLayer:
+    """The layer for a model file and a SQL tool (its dialect and schema), rebuilt when the file
+    changes. Raises `PolicyError` (file and field named) for an invalid model."""
+    mtime = model_path.stat().st_mtime_ns if model_path.exists() else 0
+    with _lock:
+        return _layer(str(model_path), mtime, str(tool.schema_path), tool.dialect)
+
+
+@lru_cache(maxsize=8)
+def _layer(path: str, _mtime: int, schema_path: str, dialect: str) -> SemanticLayer:
+    from tools.sql_schema import load_schema
+
+    spec = load_semantic_model(Path(path))
+    return SemanticLayer(spec, catalog_from_schema(load_schema(Path(schema_path))), dialect, source=path)
+
+
+_values_cache: dict[tuple[str, str, str], tuple[float, list[str] | None]] = {}
+_VALUES_SECONDS = 300.0
+
+
+def stored_values(tool: Any) -> Callable[[str, str], list[str] | None]:
+    """Distinct values of a text column read through the tool's own validated, read-only queries
+    (`tools.sql_values.read_values`: None for free text or a column too large to list)."""
+    from tools.sql_values import read_values
+
+    def read(table: str, column: str) -> list[str] | None:
+        key = (tool.url, table, column)
+        hit = _values_cache.get(key)
+        if hit and time.monotonic() - hit[0] < _VALUES_SECONDS:
+            return hit[1]
+        values = read_values(tool.query, [(table, column)]).get((table, column))
+        _values_cache[key] = (time.monotonic(), values)
+        return values
+
+    return read
+
+
+@dataclass
+class SemanticRun:
+    """The semantic path's outcome: rows, or `reason` why raw text-to-SQL should answer instead."""
+
+    ok: bool = False
+    query_object: dict[str, Any] | None = None
+    sql: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+    reason: str = ""
+    fatal: bool = False  # the database is down: falling back cannot help
+
+
+def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
+                    usage: Any) -> SemanticRun:
+    """Fill the query object with ONE LLM call, compile it, run it through `tool.query`; a refusal
+    is shown to the LLM once (`MAX_REPAIRS`), then the run reports why it gave up."""
+    from tools.database import DatabaseUnavailable
+    from tools.llm import LLMError, structured_call
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    run = SemanticRun()
+    try:
+        layer = layer_for(model_path, tool)
+    except (PolicyError, OSError) as exc:
+        run.reason = f"semantic model unavailable: {exc}"[:400]
+        return run
+    try:
+        hits = [(h.table, h.column, h.value) for h in
+                value_index(tool.url, tool.query, load_schema(tool.schema_path)).match(question)]
+    except DatabaseUnavailable as exc:
+        run.reason, run.fatal = str(exc)[:400], True
+        return run
+    hints = layer.hints(question, hits, today)
+    static = {"model": layer.describe(), "examples": layer.examples_text()}
+    asked = question
+    for attempt in range(MAX_REPAIRS + 1):
+        run.attempts = attempt + 1
+        try:
+            out = structured_call("text_to_sql", layer.query_model, "semantic_query", backend=backend, usage=usage,
+                                  today=today, hints="; ".join(hints) or "(none)", question=asked, **static)
+        except LLMError as exc:
+            run.reason = f"LLM: {exc}"[:400]
+            return run
+        try:
+            q = layer.parse(out)
+        except SemanticQueryError as exc:
+            run.reason = str(exc)[:400]
+            return run
+        run.query_object = q.as_json()
+        if not q.expressible:
+            run.reason = "the model says the semantic layer cannot express this question"
+            return run
+        try:
+            compiled = layer.compile(q, stored_values(tool))
+            run.query_object = compiled.query.as_json()
+            run.sql = compiled.sql
+            run.rows = tool.query(compiled.sql)
+            run.ok = True
+            return run
+        except SemanticQueryError as exc:
+            run.reason = str(exc)[:400]
+        except DatabaseUnavailable as exc:
+            run.reason, run.fatal = str(exc)[:400], True
+            return run
+        except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: raw SQL answers instead
+            run.reason = f"{type(exc).__name__}: {exc}"[:400]
+            return run
+        asked = (f"{question}\n(Your previous query {json.dumps(run.query_object, ensure_ascii=False)} was refused: "
+                 f"{run.reason}. Write a corrected query, or expressible=false.)")
+    return run

@@ -1,0 +1,81 @@
+"""Text normalisation and cheap, model-free signals about a message.
+
+These decide things the small model is bad at (measured: it mistakes a question for a parameter
+value) without spending an LLM call: language, question form, normalised comparison.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict
+
+from tramita.base.paths import POLICIES_DIR
+from tramita.base.policyfile import load_model
+
+MAX_MESSAGE_CHARS = 4000  # longer messages are truncated before any model sees them
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # invalid UTF-8 decoded with surrogateescape, or JSON "\ud800"
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+
+
+def clean(text: str) -> str:
+    """NFKC, control and bidi characters removed, length capped: what every node works on."""
+    text = unicodedata.normalize("NFKC", _SURROGATE.sub("\ufffd", text))  # not "?": that reads as a question
+    text = text.encode("utf-8", "replace").decode("utf-8", "replace")
+    text = _CONTROL.sub(" ", text)
+    return text[:MAX_MESSAGE_CHARS].strip()
+
+
+def fold(text: str) -> str:
+    """Lower-case, accents stripped, punctuation to spaces, single spaces: for lexicon matching."""
+    text = unicodedata.normalize("NFKD", text.lower())
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    text = re.sub(r"[^\w\s-]", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def words(text: str) -> list[str]:
+    """The folded words of a message."""
+    return fold(text).split()
+
+
+class LanguageSignals(BaseModel):
+    """`policies/language.yaml`: function words per language, question openers, leading fillers."""
+
+    model_config = ConfigDict(extra="forbid")
+    function_words: dict[str, list[str]]
+    question_openers: list[str]
+    leading_fillers: list[str]
+
+
+@lru_cache(maxsize=1)
+def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[str]]:
+    f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
+    votes = {lang: frozenset(fold(w) for w in ws) for lang, ws in f.function_words.items()}
+    fillers = re.compile(r"^(" + "|".join(re.escape(fold(w)) for w in f.leading_fillers) + r")\s+")
+    return votes, tuple(fold(w) for w in f.question_openers), fillers
+
+
+def detect_language(text: str, default: str = "pt") -> str:
+    """'pt' or 'en' by function-word votes; accents are a strong Portuguese signal."""
+    if re.search(r"[ãõçáéíóúâêô]", text.lower()):
+        return "pt"
+    ws = words(text)
+    votes = _signals()[0]
+    pt = sum(w in votes.get("pt", frozenset()) for w in ws)
+    en = sum(w in votes.get("en", frozenset()) for w in ws)
+    if pt == en:
+        return default
+    return "pt" if pt > en else "en"
+
+
+def is_question(text: str) -> bool:
+    """Question form: a '?' or a leading interrogative (after fillers like 'antes,' / 'e')."""
+    if "?" in text:
+        return True
+    _, openers, fillers = _signals()
+    f = fillers.sub("", fold(text))
+    return f.startswith(openers)
