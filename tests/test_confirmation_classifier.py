@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tools.registry_models import RegistryError
+from tramita.base.text import fold
 from tramita.core.confirmation import (
     LABELS,
     PROTOTYPES_FILE,
@@ -174,10 +175,8 @@ def test_a_prototype_in_two_classes_is_refused(tmp_path: Path) -> None:
 
 def test_prototypes_are_not_benchmark_lines() -> None:
     """The benchmark is held out: no prototype may be one of its lines."""
-    from tramita.core.confirmation import _fold
-
     protos = load_prototypes()
-    folded = {_fold(p) for lab in LABELS for p in protos.prototypes.of(lab).all()}
+    folded = {fold(p) for lab in LABELS for p in protos.prototypes.of(lab).all()}
     lines = [json.loads(line)["text"] for line in BENCHMARK.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(lines) >= 320
-    assert not [t for t in lines if _fold(t) in folded]
+    assert not [t for t in lines if fold(t) in folded]

@@ -25,16 +25,19 @@ nothing is read from the environment.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tools.registry_models import load_model
+from tramita.base.paths import POLICIES_DIR
+from tramita.base.text import fold as _fold
+from tramita.core.lexicon import classify, lexicons
 
 Label = Literal["confirm", "reject", "correct", "other"]
 Stage = Literal["lexicon", "guard", "prototype", "unsure"]
@@ -42,7 +45,7 @@ Embed = Callable[[list[str]], np.ndarray]
 """A batch of texts -> an (n, d) array of L2-normalised vectors (e5: with the "query: " prompt)."""
 
 LABELS: tuple[Label, ...] = ("confirm", "reject", "correct", "other")
-PROTOTYPES_FILE = Path(__file__).resolve().parents[2] / "policies" / "confirmation_prototypes.yaml"
+PROTOTYPES_FILE = POLICIES_DIR / "confirmation_prototypes.yaml"
 
 # A value-shaped token: anything containing a digit (EXP-0312, P2, SEV1, E014, 2026-Q3, 45,90, 15k).
 _VALUE_TOKEN = re.compile(r"[\w/.,-]*\d[\w/.,-]*")
@@ -126,8 +129,6 @@ class ConfirmationPrototypes(BaseModel):
 
 def load_prototypes(path: Path = PROTOTYPES_FILE) -> ConfirmationPrototypes:
     """Validated prototypes; a malformed file raises `RegistryError` naming the file and the field."""
-    from tools.registry_models import load_model
-
     loaded: ConfirmationPrototypes = load_model(path, ConfirmationPrototypes)
     return loaded
 
@@ -171,33 +172,14 @@ class _Facts:
 # --------------------------------------------------------------------------- helpers
 
 
-def _module(new: str, old: str) -> ModuleType:
-    """Import lazily, by the post-move name first: the package layout is being reorganised
-    (tramita.lexicon -> tramita.core.lexicon, tramita.text -> tramita.base.text)."""
-    try:
-        return importlib.import_module(new)
-    except ImportError:
-        return importlib.import_module(old)
-
-
-def _lexicon() -> Any:
-    return _module("tramita.core.lexicon", "tramita.lexicon")
-
-
-def _fold(text: str) -> str:
-    folded: str = _module("tramita.base.text", "tramita.text").fold(text)
-    return folded
-
-
 def _lexicon_reply(text: str) -> str | None:
     """The lexicon's verdict: "confirm" / "reject" / "cancel" / None."""
-    reply: str | None = _lexicon().classify(text)
-    return reply
+    return classify(text)
 
 
 def _lexicon_words() -> dict[str, set[str]]:
     """Single words of the lexicon phrases, by group (confirm / refuse / filler), for typo correction."""
-    lex = _lexicon().lexicons()
+    lex = lexicons()
     groups = {"confirm": [lex.confirm], "refuse": [lex.reject, lex.cancel], "filler": [lex.filler]}
     return {g: {w for table in tables for ps in table.values() for p in ps for w in _fold(p).split()}
             for g, tables in groups.items()}
@@ -394,7 +376,7 @@ class ConfirmationClassifier:
 
     def _assent_phrases(self) -> list[tuple[str, ...]]:
         if self._phrases is None:
-            folded = {tuple(_fold(p).split()) for ps in _lexicon().lexicons().confirm.values() for p in ps}
+            folded = {tuple(_fold(p).split()) for ps in lexicons().confirm.values() for p in ps}
             self._phrases = sorted((p for p in folded if len("".join(p)) > 1), key=len, reverse=True)
         return self._phrases
 
