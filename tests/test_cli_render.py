@@ -63,7 +63,8 @@ def _fake_session(answer: str) -> Any:
 
 def test_cli_ask_and_chat_print_answers_verbatim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the real `ask` and `chat` commands (the graph replaced by a canned turn): the answer
-    and the titled sources footer are printed as they are."""
+    and the titled sources footer are printed as they are. (`--verbose` keeps the quiet switches
+    out of this test process's environment.)"""
     import graph.session
     from tramita.shell import cli
 
@@ -74,10 +75,10 @@ def test_cli_ask_and_chat_print_answers_verbatim(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(cli, "doc_titles", lambda services, ids: seen.append(list(ids)) or TITLES)
     console = _recorder()
     monkeypatch.setattr(cli, "console", console)
-    assert cli.main(["ask", "--user", "E006", "limite", "de", "hotel?"]) == 0
+    assert cli.main(["--verbose", "ask", "--user", "E006", "limite", "de", "hotel?"]) == 0
     lines = iter(["e o plantão? [/]", ""])
     monkeypatch.setattr(console, "input", lambda prompt="": next(lines))
-    assert cli.main(["chat", "--user", "E006"]) == 0
+    assert cli.main(["--verbose", "chat", "--user", "E006"]) == 0
     out = _text(console)
     assert out.count(ANSWER) == 2 and out.count("doc-pol-travel — Política de Viagens Corporativas") == 2
     assert seen == [["doc-pol-travel"], ["doc-pol-travel"]]  # titles are looked up for the cited documents only

@@ -187,6 +187,7 @@ def test_browser_cancelled_approval_writes_nothing(browser: Any, web_url: str, n
     box to Cancel, Enter): nothing is written."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
 
     _open(browser, web_url)
     snapshot, audit_before = db_snapshot(novaops), audit_rows(novaops)
@@ -215,6 +216,10 @@ def test_browser_cancelled_approval_writes_nothing(browser: Any, web_url: str, n
     _shot(browser, "07-cancelled.png")
     assert expense_status(novaops, EXPENSE) == "pending"
     assert audit_rows(novaops) == audit_before and db_changes(novaops, snapshot) == {}
+
+    browser.find_elements(By.CSS_SELECTOR, "#thread-list .thread")[1].click()  # back to the ticket, from the server's state
+    WebDriverWait(browser, 30).until(lambda d: TICKET in d.find_element(By.ID, "turns").text)
+    assert [li.text for li in browser.find_elements(By.CSS_SELECTOR, ".tx .params li.pending")] == pending
 
 
 # ----------------------------------------------------------------------------- HTTP, no browser
@@ -314,5 +319,5 @@ def test_serve_refuses_a_public_bind_without_the_header(tmp_path: Path, monkeypa
     monkeypatch.setenv("TRAMITA_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("TRAMITA_LLM", "scripted")
     for command in ("serve", "web"):
-        assert cli.main([command, "--host", "0.0.0.0", "--port", "1"]) == 2
+        assert cli.main(["--verbose", command, "--host", "0.0.0.0", "--port", "1"]) == 2
         assert "refusing to listen on 0.0.0.0" in capsys.readouterr().out
