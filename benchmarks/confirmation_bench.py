@@ -50,21 +50,26 @@ class Tally:
 
     @property
     def total(self) -> int:
+        """Items counted."""
         return sum(self.confusion.values())
 
     @property
     def correct(self) -> int:
+        """Items whose prediction is the gold label."""
         return sum(n for (gold, pred), n in self.confusion.items() if gold == pred)
 
     @property
     def unsure(self) -> int:
+        """Items left to the LLM."""
         return sum(n for (_, pred), n in self.confusion.items() if pred == "unsure")
 
     @property
     def false_confirms(self) -> int:
+        """"confirm" predicted for a reply that is not one: must stay 0."""
         return sum(n for (gold, pred), n in self.confusion.items() if pred == "confirm" and gold != "confirm")
 
     def summary(self) -> dict[str, Any]:
+        """The figures print_report and --json show."""
         decided = self.total - self.unsure
         return {
             "items": self.total,

@@ -1,18 +1,18 @@
 """The whole graph at a glance (docs/architecture.md's diagram, node for node).
 
-    START → route_turn ─┬─ refuse ───────────────────────────────────────────→ respond → END
-                        ├─ collect_parameters ─┬─ execute_tool ───────────────→ respond
-                        │                      ├─ intent_shift (filled nothing)
-                        │                      └─ respond (ask next / ask to confirm)
-                        ├─ await_confirmation ─┬─ execute_tool (explicit yes, hash matches)
-                        │                      ├─ cancel (no)
-                        │                      ├─ respond (correction → new summary)
-                        │                      └─ intent_shift (anything else)
-                        └─ select_intent ──────┬─ collect_parameters (tool)
-                                               ├─ plan → retrieve → synthesize → respond (question)
-                                               └─ refuse / respond
-    intent_shift ─┬─ cancel │ collect_parameters (another tool) │ plan (digression, tx kept)
-                  └─ refuse │ respond (re-prompt, bounded)
+START → route_turn ─┬─ refuse ───────────────────────────────────────────→ respond → END
+                    ├─ collect_parameters ─┬─ execute_tool ───────────────→ respond
+                    │                      ├─ intent_shift (filled nothing)
+                    │                      └─ respond (ask next / ask to confirm)
+                    ├─ await_confirmation ─┬─ execute_tool (explicit yes, hash matches)
+                    │                      ├─ cancel (no)
+                    │                      ├─ respond (correction → new summary)
+                    │                      └─ intent_shift (anything else)
+                    └─ select_intent ──────┬─ collect_parameters (tool)
+                                           ├─ plan → retrieve → synthesize → respond (question)
+                                           └─ refuse / respond
+intent_shift ─┬─ cancel │ collect_parameters (another tool) │ plan (digression, tx kept)
+              └─ refuse │ respond (re-prompt, bounded)
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The one checkpointer factory: SqliteSaver by default (a file in the data directory), PostgresSaver
-when the URL is a PostgreSQL one. The same graph runs on either; only configuration changes."""
+when the URL is a PostgreSQL one. The same graph runs on either; only configuration changes.
+"""
 
 from __future__ import annotations
 

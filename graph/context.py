@@ -92,8 +92,10 @@ class Context:
 
     @property
     def today_date(self) -> date:
+        """`today` as a date; the field itself is ISO text so that Studio's form can show and edit it."""
         return date.fromisoformat(self.today)
 
     @classmethod
     def field_names(cls) -> list[str]:
+        """The field names, to keep only known keys when a Context comes as a plain dict."""
         return [f.name for f in fields(cls)]

@@ -17,6 +17,13 @@ from typing_extensions import TypedDict  # not typing's: pydantic needs it on 3.
 Status = Literal["idle", "collecting", "awaiting_confirmation"]
 
 
+class ReplacedValue(TypedDict):
+    """A value a correction replaced, kept so "no, the first one after all" can restore it."""
+
+    param: str
+    value: Any
+
+
 class Transaction(TypedDict, total=False):
     """A business tool in progress across turns."""
 
@@ -31,6 +38,10 @@ class Transaction(TypedDict, total=False):
     reprompts: int
     started_at: str
     updated_at: str
+    history: list[ReplacedValue]  # values replaced by corrections, oldest first (absent: none yet)
+    # parameter -> the words that named it ("ele", "pra mim"): the value came from a thread or user
+    # reference (tramita/core/thread_refs.py); the summary names it and a confirmation is always asked
+    resolved: dict[str, str]
 
 
 class LastTransaction(TypedDict, total=False):
@@ -84,6 +95,9 @@ class TurnTrace(TypedDict, total=False):
     refused: bool
     refusal: str | None
     errors: list[str]
+    # present only when an LLM call reports them (older traces lack them):
+    cached_tokens: int  # prompt tokens whose KV state was reused, not evaluated (tools.prefix_cache)
+    first_token_s: float  # from the start of the answer's LLM call to its first token
 
 
 def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
@@ -100,7 +114,7 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
         if new.get("route") == "__reset__":
             new = TurnTrace(**{k: v for k, v in new.items() if k != "route"})  # type: ignore[typeddict-item]
     merged: TurnTrace = TurnTrace(**old)
-    for key in ("llm_calls", "prompt_tokens", "completion_tokens"):
+    for key in ("llm_calls", "prompt_tokens", "completion_tokens", "cached_tokens"):
         if key in new:
             merged[key] = int(old.get(key, 0) or 0) + int(new[key] or 0)  # type: ignore[literal-required,call-overload]
     if "llm_seconds" in new:
@@ -109,7 +123,7 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
         merged["nodes"] = [*old.get("nodes", []), *new["nodes"]]
     if "errors" in new:
         merged["errors"] = [*old.get("errors", []), *new["errors"]]
-    for key in ("route", "executed_tool", "refused", "refusal"):
+    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s"):
         if key in new:
             merged[key] = new[key]  # type: ignore[literal-required]
     return merged
@@ -120,6 +134,11 @@ def add_contexts(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | N
     if new is None:
         return []
     return [*(old or []), *new]
+
+
+def merge_entities(old: dict[str, str] | None, new: dict[str, str] | None) -> dict[str, str]:
+    """Reducer of `entities`: per referenced table, a later mention replaces an earlier one."""
+    return {**(old or {}), **(new or {})}
 
 
 def add_notices(old: list[str] | None, new: list[str] | None) -> list[str]:
@@ -169,3 +188,6 @@ class State(InputState, total=False):
     resume: bool  # a digression answered mid-transaction: respond re-asks the pending step
     notices: Annotated[list[str], add_notices]  # sentences earlier nodes of this turn want said
     step: Step | None  # what respond should ask next
+    # referenced table -> the last id of it the thread mentioned (values filled, results, ids written);
+    # resolves "ele" / "it" (tramita/core/thread_refs.py)
+    entities: Annotated[dict[str, str], merge_entities]

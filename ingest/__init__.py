@@ -1,0 +1,1 @@
+"""Loading the dataset into the SQL database, the property graph and Chroma."""

@@ -322,6 +322,7 @@ def load_graph(url: str, sample_dir: Path = SAMPLE_DIR, *, reset: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: load the graph (default: TRAMITA_GRAPH_URL) and print the count per label and type."""
     from tramita.base.settings import Settings
 
     parser = argparse.ArgumentParser(description="Load the NovaOps graph.")

@@ -105,7 +105,8 @@ def _sqlite_tables(conn: sqlite3.Connection) -> set[str]:
 
 def _sqlite_statements(script: str) -> Iterator[str]:
     """Split a script into statements with SQLite's own completeness test (comments and strings
-    that contain ';' stay whole). executescript() cannot be used: it commits first."""
+    that contain ';' stay whole). executescript() cannot be used: it commits first.
+    """
     buffer = ""
     for line in script.splitlines(keepends=True):
         buffer += line
@@ -196,7 +197,8 @@ def _load_postgres(url: str, sample_dir: Path, reset: bool, progress: bool) -> d
 
 def _table_grants(cur: Any, tables: list[str]) -> list[tuple[str, str | None, str]]:
     """(table, grantee or None for PUBLIC, privilege) granted on the dataset tables to others
-    than the owner, so that a reload can restore them."""
+    than the owner, so that a reload can restore them.
+    """
     cur.execute(
         "SELECT c.relname, r.rolname, a.privilege_type "
         "FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee "
@@ -229,7 +231,8 @@ def load_sql(url: str, sample_dir: Path = SAMPLE_DIR, *, reset: bool = False,
              progress: bool = True) -> dict[str, int]:
     """Load the dataset into the database at `url` (sqlite:///PATH or postgresql://...) and return
     the row count per dataset table. Does nothing when the same dataset is already loaded, unless
-    `reset` is True. Also creates tramita's own tables (`ensure_tramita_tables`)."""
+    `reset` is True. Also creates tramita's own tables (`ensure_tramita_tables`).
+    """
     for required in [sample_dir / "schema.sql", *(sample_dir / "data" / f"{t}.csv"
                                                   for t in dataset_tables(sample_dir / "schema.sql"))]:
         if not required.is_file():
@@ -261,7 +264,8 @@ def table_counts(url: str, sample_dir: Path = SAMPLE_DIR) -> dict[str, int]:
 
 def copy_sqlite(src: Path, dst: Path) -> None:
     """A consistent copy of a SQLite database (sqlite3 backup API; safe while others read or
-    write the source). Used for a fresh dataset per evaluation item."""
+    write the source). Used for a fresh dataset per evaluation item.
+    """
     if not Path(src).is_file():
         raise FileNotFoundError(f"SQLite database not found: {src}")
     Path(dst).parent.mkdir(parents=True, exist_ok=True)

@@ -1,39 +1,82 @@
 """await_confirmation: an explicit yes or no wins over everything.
 
-The lexicon (policies/lexicons.yaml) decides plain replies with zero LLM calls. A reply that
-changes a value ("na verdade é a EXP-0266", "sim, mas com prioridade P2") is a correction: it is
-re-validated and a NEW summary is shown, so the earlier confirmation can never apply to other
-arguments. Short unclear replies go to the LLM fallback; anything else goes to intent_shift.
+The reply is classified by `tramita.core.confirmation` (docs/architecture.md, precedence rules):
+its first stage is the lexicon (policies/lexicons.yaml), so a plain "sim"/"não" costs zero LLM calls
+and loads no model; then e5 prototypes with a margin, under guards that can only move a reply away
+from "confirm". confirm → execute_tool; reject → cancel; correct → the correction path (re-validated,
+a NEW summary, so an earlier confirmation never applies to other arguments); other → intent_shift;
+unsure → one constrained LLM call that shows the pending summary and may only answer a label the
+guards allowed.
+
+Two shapes are decided before the classifier, because the classifier would call them a correction:
+a cancel clause followed by a new request ("cancel that, I want to reassign TCK-… to …") goes to
+intent_shift, which cancels and starts the new request; and a pointer back at a replaced value ("no,
+the first one after all") restores it from the transaction's `history`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
-from pydantic import BaseModel
 
 from graph.context import Context
-from graph.state import State, Transaction
+from graph.state import ReplacedValue, State, Transaction
 from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, user_text
-from tools.llm import LLMError, Usage, structured_call
-from tramita.base.text import is_question, words
+from tools.llm import LLMError, Usage
+from tools.registry_models import ToolSpec
+from tools.services import Services
+from tramita.base.text import words
+from tramita.core.confirmation import LLM_REPLY_WORDS, ConfirmationResult, llm_decision, shared_classifier
 from tramita.core.extraction import correction_allowed, deterministic
 from tramita.core.intent import another_tool, synonyms_for
-from tramita.core.lexicon import classify as lexicon
-from tramita.core.lexicon import has_correction_cue
+from tramita.core.lexicon import cancel_clause, has_correction_cue, revert_cue
 from tramita.core.replies import say
 from tramita.core.transactions import advance, apply_values
 
-
-class Decision(BaseModel):
-    """The LLM fallback's constrained answer."""
-
-    decision: Literal["confirm", "reject", "other"]
-
-
 Next = Literal["execute_tool", "cancel", "intent_shift", "respond"]
+
+
+def enum_choices(spec: ToolSpec) -> list[str]:
+    """The enum values of the tool's parameters: a bare "P2" in a reply is then a new value."""
+    return [str(v) for schema in spec.properties.values() for v in schema.get("enum", []) or []]
+
+
+def classify_reply(text: str, tx: Transaction, spec: ToolSpec) -> ConfirmationResult:
+    """The confirmation classifier on this reply, against the values the summary showed."""
+    return shared_classifier().classify(text, list(tx.get("args", {}).values()), enum_choices(spec))
+
+
+def _revert(tx: Transaction, kind: str) -> dict[str, Any]:
+    """{param: earlier value} for a pointer back ("first": the oldest replaced value of the most
+    recently corrected parameter; "previous": the most recently replaced one).
+    """
+    history: list[ReplacedValue] = list(tx.get("history") or [])
+    if not history:
+        return {}
+    param = history[-1]["param"]
+    values = [h["value"] for h in history if h["param"] == param]
+    value = values[0] if kind == "first" else values[-1]
+    return {param: value} if tx.get("args", {}).get(param) != value else {}
+
+
+def _apply_correction(tx: Transaction, spec: ToolSpec, values: dict[str, Any], ctx: Context, lang: str,
+                      s: Services, route: str) -> Command[Next]:
+    """Re-validate the changed values, remember the replaced ones, and show a new summary (or ask)."""
+    tctx = tool_context(ctx, lang, s)
+    before = dict(tx["args"])
+    tx["args"] = dict(tx["args"])
+    applied = apply_values(spec, tx, values, tctx)
+    tx["history"] = [*(tx.get("history") or []),
+                     *(ReplacedValue(param=k, value=before[k]) for k in applied.corrected if k in before)]
+    notices = [say("refused_value", lang, error=e.message(lang)) for e in applied.errors]
+    stage, more = advance(spec, tx, tctx, s.registry)
+    notices += [say("refused_value", lang, error=e.message(lang)) for e in more]
+    tx["updated_at"] = now_for(ctx).isoformat()
+    return Command(goto="respond", update={
+        "transaction": tx, "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
+        "turn": trace("await_confirmation", route=route, refused=bool(applied.errors or more))})
 
 
 def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]:
@@ -45,39 +88,48 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     tx = Transaction(**(state.get("transaction") or {}))
     spec = s.registry.get(tx["tool"], ctx.tenant)
     usage = Usage()
-    reply = lexicon(text)
-    if reply == "confirm":
-        return Command(goto="execute_tool", update={"turn": trace("await_confirmation", route="confirm:lexicon")})
-    if reply in ("reject", "cancel"):
-        return Command(goto="cancel", update={"turn": trace("await_confirmation", route=f"{reply}:lexicon")})
+
+    def go(target: Next, route: str) -> Command[Next]:
+        return Command(goto=target, update={"turn": trace("await_confirmation", route=route, **usage.trace())})
+
+    split = cancel_clause(text)
+    if split.cancel and split.rest:  # "cancela isso, quero reatribuir o TCK-… pro …"
+        return go("intent_shift", "cancel+request")
+    res = classify_reply(text, tx, spec)
+    if res.label == "confirm":
+        return go("execute_tool", f"confirm:{res.stage}")
+    if res.label == "reject":
+        kind = revert_cue(text) if tx.get("history") and res.stage != "lexicon" else None
+        if not (kind and _revert(tx, kind)):
+            return go("cancel", f"reject:{res.stage}")
     # a correction: a typed value that differs from the one in the summary
     found = deterministic(spec, text, s.engine, synonyms_for(spec))
     cue = has_correction_cue(text)
     changed = {k: v for k, v in found.values.items() if str(tx["args"].get(k, "")).upper() != str(v).upper()
                and correction_allowed(spec.properties[k], text, cue)}
-    if changed and another_tool(text, spec, ctx, s):
-        # "rejeita a EXP-0297" while approving EXP-0264 is a new request, never "approve EXP-0297"
-        return Command(goto="intent_shift", update={"turn": trace("await_confirmation", route="other:tool")})
+    if changed and (res.label == "other" and res.stage == "guard" or another_tool(text, spec, ctx, s)):
+        # "rejeita a EXP-0297" / "aprova também a EXP-0297" while approving EXP-0264 is a new request,
+        # and a conditional one ("se for a EXP-0297, pode") is no clean correction either
+        return go("intent_shift", "other:tool")
     if changed:
-        tctx = tool_context(ctx, lang, s)
-        tx["args"] = dict(tx["args"])
-        applied = apply_values(spec, tx, changed, tctx)
-        notices = [say("refused_value", lang, error=e.message(lang)) for e in applied.errors]
-        stage, more = advance(spec, tx, tctx, s.registry)
-        notices += [say("refused_value", lang, error=e.message(lang)) for e in more]
-        tx["updated_at"] = now_for(ctx).isoformat()
-        return Command(goto="respond", update={
-            "transaction": tx, "step": "confirm" if stage == "awaiting_confirmation" else "ask", "notices": notices,
-            "turn": trace("await_confirmation", route="correction", refused=bool(applied.errors or more))})
-    if 0 < len(words(text)) <= 6 and not is_question(text):  # an empty message costs no LLM call
+        return _apply_correction(tx, spec, changed, ctx, lang, s, "correction")
+    kind = revert_cue(text) if tx.get("history") else None
+    earlier = _revert(tx, kind) if kind else {}
+    if earlier:  # "não, a primeira mesmo": back to a value a correction replaced
+        return _apply_correction(tx, spec, earlier, ctx, lang, s, f"correction:revert-{kind}")
+    if res.label == "correct":  # "sim, mas muda a prioridade": which value is not said; ask again
+        tx["reprompts"] = int(tx.get("reprompts", 0)) + 1
+        step = "offer_cancel" if tx["reprompts"] > ctx.max_reprompts else "reprompt"
+        return Command(goto="respond", update={"transaction": tx, "step": step,
+                                               "turn": trace("await_confirmation", route="correct:no-value")})
+    if res.label == "unsure" and 0 < len(words(text)) <= LLM_REPLY_WORDS:
         try:
-            d = structured_call("confirmation", Decision, "confirmation", backend=ctx.llm_backend, usage=usage,
-                                summary=tx.get("summary", ""), message=text)
-            if d.decision == "confirm":
-                return Command(goto="execute_tool",
-                               update={"turn": trace("await_confirmation", route="confirm:llm", **usage.trace())})
-            if d.decision == "reject":
-                return Command(goto="cancel", update={"turn": trace("await_confirmation", route="reject:llm", **usage.trace())})
+            decision = llm_decision(text, tx.get("summary", ""), res.allowed, backend=ctx.llm_backend, usage=usage)
         except LLMError:
-            pass
-    return Command(goto="intent_shift", update={"turn": trace("await_confirmation", route="other", **usage.trace())})
+            return go("intent_shift", "unsure:llm-failed")
+        if decision == "confirm":
+            return go("execute_tool", "confirm:llm")
+        if decision == "reject":
+            return go("cancel", "reject:llm")
+        return go("intent_shift", "other:llm")
+    return go("intent_shift", f"other:{res.stage}")

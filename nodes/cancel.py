@@ -1,4 +1,9 @@
-"""cancel: end the open transaction without executing anything."""
+"""cancel: end the open transaction without executing anything.
+
+Reached from await_confirmation (a "no") and intent_shift (a cancel phrase, or a cancel whose
+follow-up is no tool request). A cancel followed by a new request is ended by intent_shift itself,
+with the same outcome and message, because that turn goes on to the new transaction.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from tramita.core.transactions import ended
 
 
 def cancel(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Record the transaction as cancelled (its arguments kept in `last_transaction` for audit)."""
     lang = lang_of(state)
     tx = state.get("transaction")
     if not tx:

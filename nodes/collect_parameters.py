@@ -1,11 +1,16 @@
 """collect_parameters: start a transaction or fill its pending parameters.
 
-Precedence (docs/architecture.md): typed values are found deterministically in the message; only parameters
-still pending go to the LLM extractor, which sees the pending ones alone. A turn that fills at least
-one valid value (or whose value was refused with a reason) stays in the transaction and skips the
-intent-shift check; a turn that fills nothing goes to intent_shift. Free-text values are accepted
-only when the message is neither a question nor a clear request for another tool, and never from
-the message that starts the transaction (that message names the action, not a reason).
+Precedence (docs/architecture.md): typed values are found deterministically in the message (its head
+clause first); references to the thread and to the user ("ele", "pra mim", "meu time") are resolved
+deterministically before any extraction (tramita/core/thread_refs.py); free text comes from a clear
+marker without a model, or from the LLM extractor (which sees the pending parameters alone) only as
+a span of the message (tramita/core/spans.py). A turn that fills at least one valid value (or whose
+value was refused with a reason) stays in the transaction and skips the intent-shift check; a turn
+that fills nothing goes to intent_shift. The message that starts the transaction fills every
+parameter it carries, free text included when it has a clear span for it, so a one-sentence request
+goes straight to the summary. A question that is not a request fills nothing mid-transaction (it
+is a digression), and free text is never taken from a question, a cancel or a clear request for
+another tool.
 """
 
 from __future__ import annotations
@@ -23,31 +28,90 @@ from tools.llm import LLMError, Usage, structured_call
 from tools.registry_models import ToolSpec
 from tramita.base.faults import crash_point
 from tramita.base.text import is_question
+from tramita.core.confirmation import is_assent, mentions_cancel
 from tramita.core.extraction import (
     correction_allowed,
     describe_pending,
     deterministic,
     extraction_schema,
+    free_text,
     grounded,
     kind_of,
+    marked_values,
+    unknown_references,
 )
 from tramita.core.intent import another_tool, synonyms_for
 from tramita.core.lexicon import classify as lexicon
-from tramita.core.lexicon import has_correction_cue, mentions_cancel
-from tramita.core.precedence import ask_extractor, askable_kinds, filled_anything, keep_changes, keep_free_text, next_step
+from tramita.core.lexicon import has_correction_cue
+from tramita.core.precedence import (
+    ask_extractor,
+    askable_kinds,
+    ends_on_refusal,
+    filled_anything,
+    keep_changes,
+    keep_free_text,
+    keep_values,
+    next_step,
+)
 from tramita.core.replies import say
+from tramita.core.request_forms import read_form
+from tramita.core.spans import has_content, verify
+from tramita.core.thread_refs import Resolution, from_args, own_rows, ref_table, resolve, thread_ref_rules
 from tramita.core.transactions import advance, apply_values, ended, new_transaction
 
 
 def _llm_values(spec: ToolSpec, tx: Transaction, text: str, names: list[str], ctx: Context,
-                usage: Usage) -> dict[str, Any]:
+                usage: Usage, others: list[Any]) -> dict[str, Any]:
+    """One extraction call for the pending `names`. Typed values must be grounded in the message;
+    free text must be a span of it (the model only points at one): the stored value is the
+    message's own words, trimmed, and a paraphrase or an apology-only span is dropped.
+    """
     schema = extraction_schema(names)
     known = {k: v for k, v in tx.get("args", {}).items()}
     out = structured_call("transaction_parameter_extraction", schema, "extract_parameters", backend=ctx.llm_backend,
                           usage=usage, tool=spec.name, description=spec.description, rules=spec.rules or "-",
                           known=known or "-", pending=describe_pending(spec, names), today=ctx.today, message=text)
     values = {k: v for k, v in out.model_dump().items() if v not in (None, "", "null")}
-    return {k: v for k, v in values.items() if grounded(v, spec.properties[k], text)}
+    kept: dict[str, Any] = {}
+    for k, v in values.items():
+        if kind_of(spec.properties[k]) == "text":
+            verdict = verify(v, text, others)
+            if verdict.value is not None:
+                kept[k] = verdict.value
+        elif grounded(v, spec.properties[k], text):
+            kept[k] = v
+    return kept
+
+
+def _references(spec: ToolSpec, text: str, pending: list[str], state: State, ctx: Context) -> Resolution:
+    """Missing parameters named by a reference to the thread or to the user (thread_refs.resolve)."""
+    s = svc(ctx)
+    directory = s.registry.permissions.policy.directory
+    own: dict[str, str] = {}
+    wanted = {ref_table(spec.properties[p]) for p in pending if p in spec.properties}
+    if directory is not None and wanted & set(thread_ref_rules().own_row):
+        try:
+            own = own_rows(s.engine, directory.table, directory.id, ctx.user_id)
+        except Exception:  # noqa: BLE001 - no directory table: "my team" stays unresolved
+            own = {}
+    return resolve(spec.properties, pending, text, state.get("entities") or {}, user_id=ctx.user_id,
+                   directory_table=directory.table if directory else None, own=own)
+
+
+def _track_resolved(tx: Transaction, resolution: Resolution, filled: list[str]) -> None:
+    """Remember which filled values came from a reference (the summary names them and a
+    confirmation is always asked); a value the user then gives explicitly is no longer one.
+    """
+    resolved = dict(tx.get("resolved") or {})
+    for name in filled:
+        if name in resolution.words:
+            resolved[name] = resolution.words[name]
+        else:
+            resolved.pop(name, None)
+    if resolved:
+        tx["resolved"] = resolved
+    else:
+        tx.pop("resolved", None)
 
 
 Next = Literal["execute_tool", "intent_shift", "respond"]
@@ -87,25 +151,46 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
     for name in [k for k in raw if k in tx["args"]]:
         if not correction_allowed(spec.properties[name], text, cue):
             raw.pop(name)
+    # "sim" / "não" / "cancela" is never a parameter value, nor a bare assent ("sim, pode continuar")
+    plain_reply = lexicon(text) is not None or (not start and is_assent(text, tx["args"].values()))
+    question, cancel = is_question(text), mentions_cancel(text)
+    form = read_form(text)
+    # the values other parameters use: a free-text span made only of them restates them
+    others: list[Any] = [*found.surfaces.values(), *found.values.values(), *tx["args"].values()]
+    keep = keep_values(starting=start, question=question, request=form.request,
+                       values_only=not has_content(text, others))
+    if not keep:  # a digression ("quem é o gestor do Lucas Oliveira?"): what it names is asked about
+        raw.clear()
+    resolution = Resolution()
+    marks: dict[str, str] = {}
+    if keep and not (cancel or plain_reply):
+        missing = [p for p in tx.get("pending", spec.required) if p not in raw]
+        resolution = _references(spec, text, missing, state, ctx)
+        raw.update(resolution.values)
+        missing = [p for p in missing if p not in raw]
+        raw.update(unknown_references(spec, text, missing, s.engine, found))
+        missing_text = [n for n in free_text(spec) if n not in tx["args"] and n not in raw]
+        marks = marked_values(spec, text, missing_text, others)
+        raw.update(marks)
     # values that would rewrite already-filled ones: with a correction cue the message is about
     # them ("na verdade é a EXP-0266"), so it is not also a free-text answer
     changes = [k for k in raw if k in tx["args"]]
     pending = [p for p in tx.get("pending", spec.required) if p not in raw]
     llm_failed: str | None = None
-    plain_reply = lexicon(text) is not None  # "sim" / "não" / "cancela" is never a parameter value
-    question, cancel = is_question(text), mentions_cancel(text)
-    if ask_extractor(starting=start, pending=bool(pending), empty=not text.strip(), cancel=cancel,
-                     plain_reply=plain_reply, correcting=bool(cue and changes)):
+    if keep and ask_extractor(starting=start, pending=bool(pending), empty=not text.strip(), cancel=cancel,
+                              plain_reply=plain_reply, correcting=bool(cue and changes)):
         skip = askable_kinds(question)
         askable = [p for p in pending if kind_of(spec.properties[p]) not in skip]
         if askable:
             try:
-                raw.update({k: v for k, v in _llm_values(spec, tx, text, askable, ctx, usage).items() if k not in raw})
+                llm = _llm_values(spec, tx, text, askable, ctx, usage, others)
+                raw.update({k: v for k, v in llm.items() if k not in raw})
             except LLMError as exc:
                 llm_failed = str(exc)
     free = [k for k in raw if kind_of(spec.properties[k]) == "text"]
     another = bool(free or changes) and not start and another_tool(text, spec, ctx, s)
-    if free and not keep_free_text(starting=start, question=question, cancel=cancel, another_tool=another):
+    if free and not keep_free_text(starting=start, marked=bool(marks), question=question, cancel=cancel,
+                                   another_tool=another):
         for k in free:
             raw.pop(k)
     if not keep_changes(another_tool=another):
@@ -115,6 +200,7 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
         applied = apply_values(spec, tx, raw, tctx)
         errors: list[ToolError] = list(applied.errors)
         filled = applied.filled + applied.corrected
+        _track_resolved(tx, resolution, filled)
         stage, more = advance(spec, tx, tctx, s.registry) if (filled or start) else (tx["status"], [])
         errors += more
     except Exception as exc:  # noqa: BLE001 - database down during validation: nothing changes
@@ -129,6 +215,18 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
     if not filled_anything(filled, starting=start, errors=bool(errors), llm_failed=bool(llm_failed)):
         return Command(goto="intent_shift", update={"turn": trace("collect_parameters", route="collect:none",
                                                                   **usage.trace())})
+    entities = from_args(spec.properties, {k: tx["args"][k] for k in filled if k in tx["args"]})
+    if entities:
+        update["entities"] = entities
+    if ends_on_refusal(starting=start, read_only=s.registry.policy(spec.name).operation_type == "read",
+                       refused=bool(errors), complete=not tx.get("pending")):
+        # a lookup of something that does not exist: the refusal is the answer, nothing stays open
+        msg = errors[0].message(lang)
+        update.update(transaction=None, step=None, notices=notices,
+                      last_transaction=ended(tx, "failed", msg, now),
+                      turn=trace("collect_parameters", route="collect:lookup-refused", refused=True,
+                                 refusal=errors[0].code, **usage.trace()))
+        return Command(goto="respond", update=update)
     tx["updated_at"] = now.isoformat()
     if filled:
         tx["reprompts"] = 0

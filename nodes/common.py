@@ -44,6 +44,7 @@ def svc(ctx: Context) -> Services:
 
 
 def lang_of(state: State) -> str:
+    """The turn's language; Portuguese until route_turn has detected one."""
     return state.get("lang") or "pt"
 
 
@@ -54,16 +55,19 @@ def now_for(ctx: Context) -> datetime:
 
 
 def tool_context(ctx: Context, lang: str, s: Services | None = None) -> ToolContext:
+    """What a business handler needs: database, user and groups, date and time, language."""
     s = s or svc(ctx)
     return ToolContext(engine=s.engine, user_id=ctx.user_id, today=ctx.today_date, now=now_for(ctx), lang=lang,
                        groups=s.registry.user_groups(ctx.user_id))
 
 
 def trace(node: str, **extra: Any) -> TurnTrace:
+    """A one-node turn trace; the state's reducer appends the node and adds up the counters."""
     t = TurnTrace(nodes=[node])
     t.update(extra)  # type: ignore[typeddict-item]
     return t
 
 
 def tool_label(spec: ToolSpec, lang: str) -> str:
+    """How a tool is named to the user: its Portuguese short description in pt, its name in en."""
     return spec.short_description or spec.name if lang == "pt" else spec.name.replace("_", " ")

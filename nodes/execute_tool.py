@@ -19,10 +19,12 @@ from tools.business.base import ToolError
 from tools.database import DatabaseUnavailable
 from tramita.base.faults import crash_point
 from tramita.core.replies import say
+from tramita.core.thread_refs import from_args
 from tramita.core.transactions import advance, args_hash, ended, method_of
 
 
 def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Run the confirmed (or read-only) tool and report; record the rows it named for "ele" / "it"."""
     ctx = ctx_of(runtime)
     s = svc(ctx)
     lang = lang_of(state)
@@ -68,6 +70,10 @@ def execute_tool(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     text = result.message(lang)
     key = "executed" if policy.operation_type == "write" else "read_result"
     msg = say(key, lang, result=text)
-    return {"transaction": None, "step": None, "notices": [msg],
+    # the thread now names these rows: "passa ele pro …" after a lookup means this ticket
+    entities = from_args(spec.properties, dict(tx["args"]))
+    if result.target_table and result.target_id:
+        entities[result.target_table] = str(result.target_id)
+    return {"transaction": None, "step": None, "notices": [msg], "entities": entities,
             "last_transaction": ended(tx, "executed", text, now, result.target_id),
             "turn": trace("execute_tool", route="execute:ok", executed_tool=spec.name)}

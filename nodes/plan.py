@@ -1,7 +1,11 @@
-"""plan: decide which retrieval backends answer this question (structured output, one LLM call).
+"""plan: decide which retrieval backends answer this question, with an LLM call only when needed.
 
-The choice is a set of backend names from `tools.backends.BACKENDS`; the model fills one boolean per
-backend (`use_<name>`), described by the backend's planner line, so a new backend is planned for
+The question is first matched against each backend's own vocabulary (`tramita.core.planner_hints`:
+the semantic model, the graph patterns, the document titles and headings, the API operations, with
+e5 and the registry's margin rule). Backends clearly above the rest are the plan, with no LLM call;
+a backend is never added "just in case". Only a close match (or none) goes to the LLM planner,
+which chooses among the close candidates (or all backends) under a schema of one boolean per
+candidate (`use_<name>`), described by the backend's planner line, so a new backend is planned for
 without touching this node.
 """
 
@@ -15,55 +19,75 @@ from pydantic import BaseModel, Field, create_model
 
 from graph.context import Context
 from graph.state import Plan, State
-from nodes.common import ctx_of, trace, user_text
+from nodes.common import ctx_of, svc, trace, user_text
 from tools.backends import BACKENDS
 from tools.llm import LLMError, Usage, structured_call
-from tramita.core.planner_hints import descriptions, hinted
+from tramita.base.logmask import get_logger
+from tramita.core.planner_hints import Route, description, route
+
+log = get_logger("tramita.planner")
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=16)
 def _plan_model(names: tuple[str, ...]) -> type[BaseModel]:
-    desc = descriptions()
-    fields: dict[str, Any] = {f"use_{n}": (bool, Field(description=desc.get(n, BACKENDS[n].planner_description)))
-                              for n in names}
+    fields: dict[str, Any] = {f"use_{n}": (bool, Field(description=description(n))) for n in names}
     fields["reason"] = (str, Field(default="", description="one short sentence"))
     model: type[BaseModel] = create_model("PlanOut", **fields)
     return model
 
 
-def plan_model() -> type[BaseModel]:
-    """The planner's output schema for the registered backends."""
-    return _plan_model(tuple(BACKENDS))
+def plan_model(names: tuple[str, ...] | None = None) -> type[BaseModel]:
+    """The LLM planner's output schema for `names` (default: every registered backend)."""
+    return _plan_model(tuple(names) if names is not None else tuple(BACKENDS))
 
 
-def sources_text() -> str:
+def sources_text(names: tuple[str, ...] | None = None) -> str:
     """The planner prompt's list of sources, one line per backend."""
-    desc = descriptions()
-    return "\n".join(f"- use_{n} — {desc.get(n, b.planner_description)}" for n, b in BACKENDS.items())
+    return "\n".join(f"- use_{n} — {description(n)}" for n in (names if names is not None else tuple(BACKENDS)))
+
+
+def llm_plan(question: str, candidates: list[str], *, backend: str | None, usage: Usage) -> tuple[list[str], str]:
+    """The LLM's choice among `candidates` (in registry order) and its reason; raises LLMError."""
+    names = tuple(n for n in BACKENDS if n in candidates)
+    out = structured_call("planner", plan_model(names), "plan", backend=backend, usage=usage, question=question,
+                          sources=sources_text(names), keys=", ".join(f'"use_{n}": bool' for n in names))
+    return [n for n in names if getattr(out, f"use_{n}", False)], str(getattr(out, "reason", ""))
 
 
 def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
-    """The LLM's plan united with the lexical hints; every backend when the planner fails."""
+    """The vocabulary match when it is clear; else the LLM among the close backends; when the LLM
+    fails, the best-matching candidate (never every backend).
+    """
     ctx = ctx_of(runtime)
     usage = Usage()
     question = user_text(state)
     names = list(BACKENDS)
+    errors: list[str] = []
+    matched: Route | None = None
     try:
-        out = structured_call("planner", plan_model(), "plan", backend=ctx.llm_backend, usage=usage, question=question,
-                              sources=sources_text(), keys=", ".join(f'"use_{n}": bool' for n in names))
-        chosen = [n for n in names if getattr(out, f"use_{n}", False)]
-        reason = str(getattr(out, "reason", ""))
-        errors: list[str] = []
-    except LLMError as exc:
-        # degrade, do not fail: ask every backend and let synthesis use what answers
-        chosen, reason = list(names), f"planner failed: {exc}"
-        errors = [str(exc)[:200]]
-    added = [b for b in sorted(hinted(question)) if b in BACKENDS and b not in chosen]
-    chosen += added
-    if added:
-        reason = f"{reason} (+{', '.join(added)} from lexical hints)".strip()
-    if not chosen:
-        chosen = ["docs"] if "docs" in BACKENDS else names[:1]
+        matched = route(question, svc(ctx))
+    except Exception as exc:  # noqa: BLE001 - embeddings or stores down: the LLM plans over every backend
+        log.warning("planner: vocabulary match unavailable: %s", exc)
+        errors.append(f"vocabulary match: {type(exc).__name__}: {str(exc)[:160]}")
+    extra: dict[str, Any] = {"plan_match": matched.trace()} if matched is not None else {}
+    if matched is not None and matched.decision == "clear":
+        chosen, reason = matched.chosen, matched.reason
+    else:
+        candidates = matched.candidates if matched is not None and matched.candidates else names
+        if len(candidates) == 1:
+            chosen, reason = candidates, "the only candidate"
+        else:
+            try:
+                chosen, reason = llm_plan(question, candidates, backend=ctx.llm_backend, usage=usage)
+                chosen = [n for n in chosen if n in candidates]
+            except LLMError as exc:
+                # degrade to the best match, not to every backend: a wrong extra source costs a
+                # query-writing call and puts unrelated rows in front of synthesis
+                chosen, reason = candidates[:1], f"planner failed: {exc}"
+                errors.append(str(exc)[:200])
+            if not chosen:
+                chosen, reason = candidates[:1], f"{reason} (none chosen: the best match)".strip()
     chosen = [n for n in names if n in chosen]  # registry order: stable routes and traces
     p = Plan(backends=chosen, reason=reason)
-    return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=errors, **usage.trace())}
+    return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=errors, **extra,
+                                     **usage.trace())}

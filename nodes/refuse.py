@@ -12,6 +12,7 @@ from nodes.common import trace
 
 
 def refuse(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Report the refusal reason as a notice and mark the turn refused; respond says it."""
     intent = state.get("intent") or {}
     reason = intent.get("reason") or "refused"
     return {"notices": [reason], "turn": trace("refuse", refused=True, refusal=f"{intent.get('tool', 'policy')}: {reason}")}

@@ -74,6 +74,7 @@ def _log_turn(state: State, ctx: Context) -> None:
 
 
 def respond(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Compose the turn's one message: answer and notices first, then the transaction's next step."""
     ctx = ctx_of(runtime)
     lang = lang_of(state)
     _log_turn(state, ctx)

@@ -16,6 +16,7 @@ from tramita.core.replies import say
 
 
 def select_intent(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
+    """Classify an idle-turn message (tramita.core.intent.classify); a bare yes/no executes nothing."""
     ctx = ctx_of(runtime)
     text = user_text(state)
     lang = lang_of(state)

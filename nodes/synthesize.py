@@ -1,54 +1,188 @@
-"""synthesize: one answer, in the user's language, citing its sources. It never runs a tool."""
+"""synthesize: one answer, in the user's language, citing only the sources it used. It never runs a tool.
+
+What the user reads is decided here, on every path (answered, nothing found, model failed):
+- the model sees each result as a small table with column names and units, numbers already
+  written the way the user's language writes them (`tools.backends.base.present_rows`), never a
+  query or a `rows:` dump it could copy;
+- a backend that failed is named in one plain sentence (`source_gap`, policies/replies.yaml), and
+  only when it was part of the plan; its error stays in the trace;
+- `clean_answer` runs last on what the model wrote: it removes context labels and exception text
+  that slipped through, citation tags of sources the answer did not use (or that do not exist),
+  and a currency the context never showed.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from graph.context import Context
 from graph.state import State
-from nodes.common import ctx_of, lang_of, trace, user_text
+from nodes.common import ctx_of, lang_of, svc, trace, user_text
 from tools.backends import BACKENDS
+from tools.backends.base import present_rows
 from tools.llm import LLMError, Usage, text_call
+from tramita.base.logmask import get_logger
+from tramita.base.text import fold
 from tramita.core.replies import say
 
+log = get_logger("tramita.synthesize")
+
 LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
+_LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b", re.IGNORECASE)
+_EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
+_TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
+_TABLE_LINE = re.compile(r"^\s*\|?[^|\n]*\|[^|\n]*\|")
+_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|$)")
+_CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
 
 
-def render_contexts(contexts: list[dict[str, Any]], max_chars: int = 4500) -> str:
-    """Context block for synthesis: each backend renders its own facts with its citation tags."""
-    parts = [BACKENDS[c["backend"]].render(c) for c in contexts if not c.get("error") and c.get("backend") in BACKENDS]
+# ----------------------------------------------------------------------------------- context
+
+def render_contexts(contexts: list[dict[str, Any]], lang: str = "en", units: Mapping[str, str] | None = None,
+                    max_chars: int = 4500) -> str:
+    """Context block for synthesis: each backend renders its own result under its citation tag;
+    query results are presented first (numbers per `lang`, units from `units`)."""
+    parts = []
+    for c in contexts:
+        if c.get("error") or c.get("backend") not in BACKENDS:
+            continue
+        shown = present_rows(c, lang, units) if isinstance(c.get("rows"), list) and "items" not in c else c
+        parts.append(BACKENDS[c["backend"]].render(shown))
     return "\n\n".join(p for p in parts if p)[:max_chars]
 
 
 def source_name(backend: str) -> str:
-    """How a backend is named to the user: its citation tag, or its name for documents."""
+    """How a backend is named in the no-records sentence: its citation tag, or its name for documents."""
     b = BACKENDS.get(backend)
     return b.citation if b is not None and not b.citation.endswith("-") else backend
 
+
+def source_label(backend: str, lang: str) -> str:
+    """How a backend is named to the user in plain words (policies/replies.yaml `source_<name>`)."""
+    try:
+        return say(f"source_{backend}", lang)
+    except KeyError:
+        return backend
+
+
+def _joined(items: list[str], lang: str) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {say('and', lang)} {items[-1]}"
+
+
+def gap_sentence(failed: Iterable[str], lang: str) -> str:
+    """One plain sentence naming the sources that could not be checked ("" for none)."""
+    labels = list(dict.fromkeys(source_label(b, lang) for b in failed))
+    return say("source_gap", lang, sources=_joined(labels, lang)) if labels else ""
+
+
+def _units(ctx: Context) -> dict[str, str]:
+    """The semantic model's units for this deployment ({} when there is none to read)."""
+    try:
+        from tools.backends.vocabulary import semantic_model_file, semantic_units
+
+        return semantic_units(semantic_model_file(svc(ctx).settings.dataset_dir))
+    except Exception:  # noqa: BLE001 - units then come from column names only
+        return {}
+
+
+# -------------------------------------------------------------------------------- sanitiser
+
+def _tags_by_context(block: str) -> dict[str, str]:
+    """Citation tag (case-folded) → the text shown under it, from the rendered context block."""
+    out: dict[str, str] = {}
+    current = ""
+    for line in block.splitlines():
+        m = re.match(r"^\[([^\[\]\n]{1,80})\]", line)
+        if m:
+            current = m.group(1)
+            out.setdefault(current.casefold(), "")
+            if re.match(r"^\[[^\]]+\]\s+no matching records\.?$", line.strip()):
+                out.pop(current.casefold(), None)
+                current = ""
+                continue
+        if current:
+            out[current.casefold()] = out.get(current.casefold(), "") + "\n" + line
+    return out
+
+
+def _content(text: str) -> set[str]:
+    return {fold(t).replace(",", ".") for t in _CONTENT.findall(text)}
+
+
+def clean_answer(answer: str, block: str) -> str:
+    """The model's answer without what a user must never see, and citing only what it used.
+
+    - lines carrying a context label (`rows:`, `(no rows)`, `query:`) or a traceback go, and so
+      does exception text (`SomethingError: …`), and result-table lines copied verbatim;
+    - a citation tag stays only when the context shows that tag with material under it AND its
+      sentence shares a word or number with that material (the answer used it); any other tag,
+      invented or unused, goes;
+    - "R$" becomes the context's "US$" when the context never shows reais.
+    """
+    lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
+    kept = [ln for ln in lines if not _TABLE_LINE.match(ln)]
+    text = "\n".join(kept if any(k.strip() for k in kept) else lines)
+    text = _EXCEPTION.sub("", text)
+    sources = _tags_by_context(block)
+    shown = {tag: _content(body) for tag, body in sources.items()}
+
+    def sentence(m: re.Match[str]) -> str:
+        s = m.group(0)
+        words = _content(_TAG.sub(" ", s))
+
+        def tag(t: re.Match[str]) -> str:
+            used = [p.strip() for p in t.group(1).split(",")
+                    if p.strip().casefold() in shown and words & shown[p.strip().casefold()]]
+            return f"[{', '.join(used)}]" if used else ""
+
+        return _TAG.sub(tag, s)
+
+    text = _SENTENCE.sub(sentence, text)
+    if "R$" in text and "R$" not in block and "BRL" not in block and ("US$" in block or "USD" in block):
+        text = text.replace("R$", "US$")
+    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)
+    text = re.sub(r"[ \t]{2,}", " ", text)
+    text = re.sub(r"\(\s*\)", "", text)
+    return "\n".join(ln.rstrip() for ln in text.splitlines()).strip()
+
+
+# -------------------------------------------------------------------------------------- node
 
 def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """One answer from the retrieved contexts, or a plain sentence when there is nothing to say."""
     ctx = ctx_of(runtime)
     lang = lang_of(state)
     usage = Usage()
-    contexts = state.get("contexts", [])
-    gaps = [say("backend_gap", lang, backend=c["backend"], error=str(c["error"])[:160]) for c in contexts if c.get("error")]
-    block = render_contexts(contexts)
-    if not block.strip():
-        return {"answer": say("no_answer", lang), "notices": gaps, "turn": trace("synthesize", route="answer:empty")}
+    contexts = state.get("contexts", []) or []
+    planned = set((state.get("plan") or {}).get("backends") or [c.get("backend") for c in contexts])
+    failed = [c["backend"] for c in contexts if c.get("error") and c.get("backend") in planned]
+    gap = gap_sentence(failed, lang)
     answered = [c for c in contexts if not c.get("error")]
-    if not any(c.get("rows") or c.get("items") for c in answered):
+    with_material = [c for c in answered if c.get("rows") or c.get("items")]
+    if not with_material:
+        if not answered:
+            return {"answer": gap or say("no_answer", lang), "notices": [],
+                    "turn": trace("synthesize", route="answer:gap" if gap else "answer:empty")}
         # Only empty result sets: the 1.5B model, given nothing, writes a sentence around a blank
         # ("o orçamento é de [SQL]"). Saying plainly that nothing matched is the honest answer.
         sources = ", ".join(source_name(c["backend"]) for c in answered)
-        return {"answer": say("no_rows", lang, sources=sources), "notices": gaps,
+        return {"answer": say("no_rows", lang, sources=sources), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:no-rows")}
+    block = render_contexts(answered, lang, _units(ctx))
     try:
         answer = text_call("synthesis", "synthesize", backend=ctx.llm_backend, usage=usage,
                            language=LANGUAGE.get(lang, "Portuguese (Brazil)"), context=block, question=user_text(state))
     except LLMError as exc:
-        return {"answer": say("llm_failed", lang, error=str(exc)[:160]), "notices": gaps,
+        log.warning("synthesis failed: %s", exc)
+        return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
-    return {"answer": answer, "notices": gaps, "turn": trace("synthesize", route="answer", **usage.trace())}
+    cleaned = clean_answer(answer, block) or say("no_answer", lang)
+    extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
+    return {"answer": cleaned, "notices": [gap] if gap else [],
+            "turn": trace("synthesize", route="answer", **extra, **usage.trace())}

@@ -181,3 +181,20 @@ def test_a_question_through_the_graph_cites_the_api(api: str, novaops: Path, nov
     assert "[api:getServiceStatus]" in r.answer and "INC-2080" in r.answer
     assert diff(before, snapshot(engine)) == {}
     engine.dispose()
+
+
+def test_doctor_reports_each_api_source(novaops_services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tramita.shell.doctor import source_checks
+
+    with start_sample_api():
+        rows = {n: (ok, detail, fix) for n, ok, detail, fix in source_checks(novaops_services.settings, novaops_services)}
+    ok, detail, fix = rows["API source novaops"]
+    assert ok and "host allowed" in detail and "reachable" in detail and "5 GET operations" in detail and fix == ""
+    monkeypatch.setenv("TRAMITA_API_NOVAOPS_URL", "http://127.0.0.1:9/v1")
+    ok, detail, fix = {n: (o, d, f) for n, o, d, f in source_checks(novaops_services.settings, novaops_services)}[
+        "API source novaops"]
+    assert not ok and "CONNECT_FAILED" in detail and "--sample-api" in fix
+    monkeypatch.setenv("TRAMITA_API_NOVAOPS_URL", "http://169.254.169.254/v1")
+    ok, detail, _ = {n: (o, d, f) for n, o, d, f in source_checks(novaops_services.settings, novaops_services)}[
+        "API source novaops"]
+    assert not ok and "DENIED_ADDRESS" in detail

@@ -218,9 +218,10 @@ def test_numbers_compare_numerically() -> None:
     assert not cell_matches("E003", "e003")
 
 
-def test_answer_facts_accept_the_rounded_form() -> None:
-    """README: answers are normalised; a fact written with one decimal is the rounded figure."""
-    assert fact_in("17.3", "The average is 17.27 minutes.")
+def test_answer_facts_normalise_number_formats() -> None:
+    """README: answers are normalised; numbers compare at the dataset's two decimals (the strict
+    rules, each with a wrong answer, are in tests/test_scorer.py)."""
+    assert not fact_in("17.3", "The average is 17.27 minutes.")
     assert not fact_in("17.3", "The average is 17.4 minutes.")
     assert fact_in("2424.47", "US$ 2.424,47") and not fact_in("2424.47", "2424.5")
     assert fact_in("470000", "470.000,00 dólares") and fact_in("470000", "470 mil")

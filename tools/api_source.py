@@ -171,6 +171,7 @@ class ApiOperation:
 
     @property
     def required(self) -> list[str]:
+        """The parameters that must have a value (path parameters always do)."""
         return [p.name for p in self.params.values() if p.required]
 
     def json_schema(self) -> dict[str, Any]:
@@ -199,6 +200,7 @@ class ApiSource:
 
     @property
     def name(self) -> str:
+        """The source's name (unique across the dataset's source files)."""
         return self.spec.name
 
     def base_url(self) -> str:

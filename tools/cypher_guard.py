@@ -33,9 +33,11 @@ __all__ = [
 class UnsafeCypherError(ValueError):
     """The query was refused. `clause` names the offending clause when there is one;
     `repairable` is True for malformed text (a text-to-Cypher repair loop may retry) and False for
-    write or exfiltration attempts (retrying will not help)."""
+    write or exfiltration attempts (retrying will not help).
+    """
 
     def __init__(self, reason: str, *, clause: str | None = None, repairable: bool = False) -> None:
+        """Keep `reason`, `clause` and `repairable` as attributes, so callers branch on them without parsing the message."""
         super().__init__(reason)
         self.reason = reason
         self.clause = clause
@@ -211,7 +213,8 @@ def tokenize(text: str) -> list[Token]:
 
 def _is_name_position(tokens: list[Token], k: int) -> bool:
     """True when word k can only be a property key or a label/type name: right after `.` that
-    follows a value, or after `:` (a label). `1.CREATE` is not a property access."""
+    follows a value, or after `:` (a label). `1.CREATE` is not a property access.
+    """
     if k == 0:
         return False
     prev = tokens[k - 1]
@@ -355,7 +358,8 @@ def cypher_literal(value: Any) -> str:
 
     Needed because FalkorDB's Bolt listener pastes parameters into the query text without
     escaping (measured: a value `x' RETURN 1 //` ran `RETURN 1`), so over Bolt parameters are
-    inlined by us, escaped, and the result is validated like any other query text."""
+    inlined by us, escaped, and the result is validated like any other query text.
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):

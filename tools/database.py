@@ -36,7 +36,8 @@ def sqlite_path(url: str) -> Path | None:
 @lru_cache(maxsize=16)
 def writer_engine(url: str) -> Engine:
     """One pooled engine per URL and process. SQLite gets foreign keys and a busy timeout so
-    that two processes sharing the file (CLI + `langgraph dev`) wait instead of failing."""
+    that two processes sharing the file (CLI + `langgraph dev`) wait instead of failing.
+    """
     url = normalize_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 15, "check_same_thread": False})

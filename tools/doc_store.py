@@ -95,6 +95,7 @@ class DocStore:
         collection: str = DEFAULT_COLLECTION,
         hybrid: bool = DEFAULT_HYBRID,
     ) -> None:
+        """Check the collection name and record the settings; Chroma, the embeddings and BM25 load on first use."""
         if len(collection) < 3:
             raise ValueError(f"collection name {collection!r}: Chroma needs at least 3 characters")
         self.path = Path(chroma_dir).expanduser()
@@ -175,7 +176,8 @@ class DocStore:
     def retrieve_docs(self, query: str, top_k: int = 5, *, passages: int = 0) -> list[tuple[str, str, float]]:
         """The `top_k` best documents, each represented by its best chunk (in search order); with
         `passages`, also the best `passages` chunks overall even where they repeat a document, all
-        then in score order. One search serves both, so the query is embedded once."""
+        then in score order. One search serves both, so the query is embedded once.
+        """
         self._check(query, top_k)
         total = self.count()
         want = min(total, max(top_k * 8, passages))

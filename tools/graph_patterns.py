@@ -239,6 +239,12 @@ class GraphPattern(_Strict):
                 raise ValueError(f"cypher.{dialect}: does not use parameters {sorted(set(names) - used)}")
         return self
 
+    def returns(self) -> list[str]:
+        """The column names of the final RETURN (its `AS` aliases), i.e. what the pattern answers with."""
+        tail = re.split(r"\bRETURN\b", self.cypher.ladybug, flags=re.IGNORECASE)[-1]
+        tail = re.split(r"\bORDER\s+BY\b|\bLIMIT\b", tail, flags=re.IGNORECASE)[0]
+        return re.findall(r"\bAS\s+(\w+)", tail, flags=re.IGNORECASE)
+
     def embedding_texts(self) -> list[str]:
         """The texts a question is compared with: the description and every example."""
         return [self.description, *self.examples.pt, *self.examples.en]
@@ -257,6 +263,9 @@ class Vocabulary(_Strict):
 
     week_offsets: dict[int, list[str]] = Field(default_factory=dict, description="weeks from today -> words")
     number_words: dict[int, list[str]] = Field(default_factory=dict, description="number -> words")
+    aggregate_words: list[str] = Field(default_factory=list, description=(
+        "words of a question that asks for a count, a total or a comparison: patterns return rows, "
+        "so such a question goes to the fallback"))
 
 
 class PatternFile(_Strict):
@@ -276,6 +285,7 @@ class PatternFile(_Strict):
         return self
 
     def pattern(self, name: str) -> GraphPattern:
+        """The pattern called `name` (the index and the choice only ever hold declared names)."""
         return next(p for p in self.patterns if p.name == name)
 
 
@@ -307,7 +317,8 @@ def _spaced(ident: str) -> str:
 def build_gazetteer(patterns: PatternFile, engine: Engine | None, tool: GraphTool | None) -> Gazetteer:
     """Surface forms of every entity source the file uses: reference kinds from SQL (as the
     transactions' gazetteer reads them), graph-backed kinds from the graph. A source that cannot be
-    read stays empty: its parameters then go to the LLM and resolve or fail there."""
+    read stays empty: its parameters then go to the LLM and resolve or fail there.
+    """
     from tools.references import reference_candidates
 
     out: Gazetteer = {}
@@ -426,7 +437,8 @@ def _iso_week(day: date) -> str:
 
 def _weeks(text: str, today: date, vocab: Vocabulary, *, raw: str) -> list[str]:
     """ISO weeks a text names: '2026-W21', 'W21', relative words, else the week of a date found
-    in `raw` (the unfolded text, whose '13/05' folding would break)."""
+    in `raw` (the unfolded text, whose '13/05' folding would break).
+    """
     from tools.business.resolvers import parse_date
 
     folded = fold(text)
@@ -475,8 +487,10 @@ class Choice:
     decision: str  # clear | close | none
     scores: list[tuple[str, float]] = field(default_factory=list)
     by_llm: bool = False
+    note: str = ""  # why an LLM choice gave no pattern, when it failed
 
     def trace(self) -> dict[str, Any]:
+        """The choice as the backend's context records it (JSON-ready, scores rounded)."""
         return {"decision": self.decision, "chosen": self.name, "by_llm": self.by_llm,
                 "scores": [[n, round(s, 4)] for n, s in self.scores]}
 
@@ -526,6 +540,7 @@ class PatternEngine:
     # ------------------------------------------------------------------ choose
 
     def embeddings(self) -> Embeddings:
+        """The embedding model, created on first use (it takes seconds to load)."""
         from langchain_core.embeddings import Embeddings
 
         if self._embeddings is None:
@@ -538,7 +553,8 @@ class PatternEngine:
 
     def index(self, gazetteer: Gazetteer | None = None) -> ToolIndex:
         """One unit vector per description and example, grouped by pattern, with the entities the
-        gazetteer knows masked (built once per gazetteer content)."""
+        gazetteer knows masked (built once per gazetteer content).
+        """
         from tools.registry_index import ToolIndex
 
         signature = _signature(gazetteer)
@@ -562,7 +578,8 @@ class PatternEngine:
         Names are masked on both sides before embedding: measured, an example that happens to
         name the same person as the question outweighs what is asked about them. Patterns that
         have no parameter for a kind of thing the question names are left out: filling them
-        would fail on that stray mention anyway."""
+        would fail on that stray mention anyway.
+        """
         from tools.registry_index import decide
 
         k = self.patterns.matching.candidates
@@ -583,20 +600,19 @@ class PatternEngine:
             return Choice(result.best, "clear", scores)
         top = result.candidates[0].score
         close = [c.name for c in result.candidates if top - c.score < self.patterns.matching.margin]
-        picked = self._llm_choice(question, close, usage=usage, backend=backend)
+        try:
+            picked = self._llm_choice(question, close, usage=usage, backend=backend)
+        except LLMError as exc:
+            return Choice(None, "close", scores, by_llm=True, note=f"the pattern choice failed: {exc}"[:300])
         return Choice(picked, "close", scores, by_llm=True)
 
     def _llm_choice(self, question: str, names: list[str], *, usage: Usage, backend: str | None) -> str | None:
         options = (*names, "none")
         choice_type: Any = Literal.__getitem__(options)
         schema = create_model("PatternPick", pattern=(choice_type, Field(description="the chosen pattern, or none")))
-        lines = "\n".join(f"- {n}: {self.patterns.pattern(n).description}" for n in names)
-        try:
-            out = structured_call(CHOOSE_COMPONENT, schema, "choose_pattern", backend=backend, usage=usage,
-                                  candidates=lines, question=question)
-        except LLMError as exc:
-            log.info("graph patterns: choice failed: %s", exc)
-            return None
+        lines = "\n".join(_candidate_line(self.patterns.pattern(n)) for n in names)
+        out = structured_call(CHOOSE_COMPONENT, schema, "choose_pattern", backend=backend, usage=usage,
+                              candidates=lines, question=question)
         picked = str(out.pattern)  # type: ignore[attr-defined]
         return None if picked == "none" else picked
 
@@ -617,7 +633,8 @@ class PatternEngine:
              engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None) -> Filled:
         """Typed values for every parameter; the LLM (when `usage` is given) sees only what the
         question did not give away. An entity or id the question names that no parameter took
-        makes the pattern unusable: the question asks something narrower than the pattern."""
+        makes the pattern unusable: the question asks something narrower than the pattern.
+        """
         day = date.fromisoformat(today)
         vocab = self.patterns.vocabulary
         mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
@@ -732,12 +749,17 @@ class PatternEngine:
     def answer(self, question: str, *, tool: GraphTool, today: str, usage: Usage, backend: str | None,
                engine: Engine | None = None) -> PatternAttempt:
         """Choose, fill and run; `ok` with rows, or a reason to fall back."""
+        aggregate = _word_re(self.patterns.vocabulary.aggregate_words)
+        found = aggregate.search(fold(question)) if aggregate is not None else None
+        if found is not None:
+            return PatternAttempt(choice=Choice(None, "none"),
+                                  reason=f"the question asks for an aggregate ({found.group(0)!r}); patterns return rows")
         gazetteer = self.gazetteer(engine, tool)
         choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer)
         attempt = PatternAttempt(choice=choice, pattern=choice.name)
         if choice.name is None:
             attempt.reason = ("no pattern close enough" if choice.decision == "none"
-                              else "the LLM chose none of the close patterns")
+                              else choice.note or "the LLM chose none of the close patterns")
             return attempt
         pattern = self.patterns.pattern(choice.name)
         filled = self.fill(pattern, question, today=today, gazetteer=gazetteer, engine=engine,
@@ -759,7 +781,8 @@ class PatternEngine:
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
     """Whether the pattern has a parameter for every kind of thing the question names (a text
-    that names two kinds needs one of them)."""
+    that names two kinds needs one of them).
+    """
     sources = {p.source for p in pattern.parameters if isinstance(p, (EntityParam, IdParam))}
     by_surface: dict[str, set[str]] = {}
     for m in mentions:
@@ -772,6 +795,16 @@ def _stray(mentions: list[Mention], pattern: GraphPattern, values: dict[str, Any
     taken = {(p.source, values.get(p.name)) for p in pattern.parameters if isinstance(p, (EntityParam, IdParam))}
     covered = {m.surface for m in mentions if (m.source, m.value) in taken}
     return [m for m in mentions if m.surface not in covered]
+
+
+def _candidate_line(pattern: GraphPattern) -> str:
+    """A close candidate as the choice prompt shows it: its description, the columns it returns and
+    one example per language, because a small model tells close patterns apart better by what they
+    answer with and by sample questions than by prose alone.
+    """
+    return (f"- {pattern.name}: {' '.join(pattern.description.split())}\n"
+            f"  answers with: {', '.join(pattern.returns())}\n"
+            f"  e.g. \"{pattern.examples.pt[0]}\" / \"{pattern.examples.en[0]}\"")
 
 
 def _describe(params: list[Any]) -> str:

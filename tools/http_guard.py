@@ -16,7 +16,7 @@ that request is attacker-influenced. The rules (docs/architecture.md, "Add a sou
 - One deadline covers the whole exchange (`anyio.fail_after`), so a server that trickles bytes
   (slow-loris) is cut off however it paces them; the body is streamed and the read aborts past
   `max_response_bytes`; only the listed content types are accepted.
-- Path parameters are percent-encoded segment by segment (`/`, `\\`, `.`/`..` and control characters
+- Path parameters are percent-encoded segment by segment (`/`, backslash, `.`/`..` and control characters
   refused), query parameters are encoded by httpx from a mapping: nothing is pasted into a URL.
 - The credential is read from the source's environment variable at request time and placed in
   one header; it never enters an exception message, a log line, a trace or the rendered context.
@@ -73,6 +73,7 @@ class RequestRefused(Exception):
     """The guard refused a request or its response; `code` is stable, the message is safe to show."""
 
     def __init__(self, code: str, message: str) -> None:
+        """A refusal `code` (e.g. SSRF_REFUSED) and a message that never carries a credential."""
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
@@ -139,9 +140,9 @@ def check_host(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | Non
 
 
 def encode_path(template: str, values: Mapping[str, Any]) -> str:
-    """`/services/{service_id}/deploys` with each `{name}` replaced by its percent-encoded value.
+    r"""`/services/{service_id}/deploys` with each `{name}` replaced by its percent-encoded value.
 
-    A value may not contain `/` or `\\`, be `.` or `..`, contain control characters or be empty:
+    A value may not contain `/` or `\`, be `.` or `..`, contain control characters or be empty:
     those are refused rather than encoded, because a server or proxy may decode and normalise them.
     """
     names = re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.registry_models import load_model
@@ -37,6 +38,8 @@ class LLMError(RuntimeError):
 
 
 class BackendSpec(BaseModel):
+    """One entry of `backends:` in llm_profiles.yaml: a provider, its model and (local) context options."""
+
     model_config = ConfigDict(extra="forbid")
     provider: str  # a key of PROVIDERS; checked when the file is loaded
     model: str
@@ -45,9 +48,21 @@ class BackendSpec(BaseModel):
     api_key_env: str | None = None
     n_ctx: int = 4096
     n_threads: int = 2
+    # llama.cpp context options (`tramita bench --sections llama` measures them on the machine)
+    n_threads_batch: int | None = None  # prompt evaluation threads; None: n_threads
+    n_batch: int = Field(512, ge=1)  # prompt tokens per llama_decode call
+    n_ubatch: int = Field(512, ge=1)  # physical micro-batch
+    flash_attn: bool = False
+    use_mmap: bool = True
+    use_mlock: bool = False
+    # evaluated KV state of each component's static prompt prefix, kept in RAM (0: off);
+    # env TRAMITA_PREFIX_CACHE_MIB overrides, TRAMITA_PREFIX_CACHE_DIR adds a disk tier
+    prefix_cache_mib: float = Field(256, ge=0)
 
 
 class ComponentProfile(BaseModel):
+    """One entry of `components:`: the backend a component calls and its sampling limits."""
+
     model_config = ConfigDict(extra="forbid")
     backend: str
     temperature: float = Field(0.0, ge=0.0, le=2.0)
@@ -56,6 +71,8 @@ class ComponentProfile(BaseModel):
 
 
 class ProfilesFile(BaseModel):
+    """The whole llm_profiles.yaml."""
+
     model_config = ConfigDict(extra="forbid")
     backends: dict[str, BackendSpec]
     components: dict[str, ComponentProfile]
@@ -63,6 +80,7 @@ class ProfilesFile(BaseModel):
 
 @lru_cache(maxsize=1)
 def profiles() -> ProfilesFile:
+    """The validated profiles file (unknown providers and backends fail here, naming the field)."""
     path = POLICIES_DIR / "llm_profiles.yaml"
     pf: ProfilesFile = load_model(path, ProfilesFile)
     missing = [c for c in COMPONENTS if c not in pf.components]
@@ -86,7 +104,8 @@ class UnknownProfile(ValueError):
 
 def check_profile(name: str) -> str:
     """`name` if it is a defined profile (or a model installed with `override_model`); otherwise fail
-    at once, naming the valid ones."""
+    at once, naming the valid ones.
+    """
     if name not in profiles().backends and name not in _overrides:
         raise UnknownProfile(f"unknown LLM profile {name!r}; valid profiles: {', '.join(backend_names())}")
     return name
@@ -94,24 +113,45 @@ def check_profile(name: str) -> str:
 
 @dataclass
 class Usage:
+    """LLM calls, tokens and seconds of one node's work, for the turn trace.
+
+    `cached_tokens` are prompt tokens whose KV state was reused (llama.cpp's live context or a saved
+    static prefix, `tools.prefix_cache`; OpenAI-compatible servers report theirs the same way through
+    LangChain's `input_token_details.cache_read`), so `prompt_tokens - cached_tokens` were evaluated.
+    `first_token_s` is the time to the first token of the last free-text (answer) call.
+    """
+
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    cached_tokens: int = 0
+    first_token_s: float | None = None
 
     def add(self, msg: AIMessage | None, seconds: float) -> None:
+        """Count one call (failed calls count too, with the time they took)."""
         self.calls += 1
         self.seconds += seconds
         meta = getattr(msg, "usage_metadata", None) or {}
         self.prompt_tokens += int(meta.get("input_tokens", 0))
         self.completion_tokens += int(meta.get("output_tokens", 0))
+        details = meta.get("input_token_details") or {}
+        self.cached_tokens += int(details.get("cache_read", 0) or 0)
 
     def trace(self) -> dict[str, Any]:
-        return {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "llm_seconds": self.seconds}
+        """The counters as `TurnTrace` fields."""
+        out: dict[str, Any] = {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                               "completion_tokens": self.completion_tokens, "llm_seconds": self.seconds}
+        if self.cached_tokens:
+            out["cached_tokens"] = self.cached_tokens
+        if self.first_token_s is not None:
+            out["first_token_s"] = self.first_token_s
+        return out
 
 
 _overrides: dict[str, BaseChatModel] = {}
+# LangGraph's tag for model calls that stream_mode="messages" must not show (langgraph.constants.TAG_NOSTREAM)
+_NOSTREAM_TAG = "nostream"
 
 
 def override_model(backend: str, model: BaseChatModel | None) -> None:
@@ -122,11 +162,21 @@ def override_model(backend: str, model: BaseChatModel | None) -> None:
         _overrides[backend] = model
 
 
+def prefix_cache_settings(spec: BackendSpec) -> tuple[float, str | None]:
+    """(RAM MiB, disk folder or None) of the static-prefix KV cache: the spec, then the environment."""
+    mib = os.environ.get("TRAMITA_PREFIX_CACHE_MIB", "").strip()
+    return (float(mib) if mib else spec.prefix_cache_mib), (os.environ.get("TRAMITA_PREFIX_CACHE_DIR") or None)
+
+
 def _llamacpp(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
     from tools.llamacpp_chat import ChatLlamaCppShared
     from tools.model_assets import gguf_path
 
+    cache_mib, cache_dir = prefix_cache_settings(spec)
     return ChatLlamaCppShared(model_path=str(gguf_path(spec.model)), n_ctx=spec.n_ctx, n_threads=spec.n_threads,
+                              n_threads_batch=spec.n_threads_batch, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch,
+                              flash_attn=spec.flash_attn, use_mmap=spec.use_mmap, use_mlock=spec.use_mlock,
+                              prefix_cache_mib=cache_mib, prefix_cache_dir=cache_dir,
                               temperature=prof.temperature, max_tokens=prof.max_tokens,
                               timeout_seconds=prof.timeout_seconds)
 
@@ -189,7 +239,8 @@ def structured_call(component: str, schema: type[T], prompt: str, *, backend: st
     for attempt in range(2):
         started = time.monotonic()
         try:
-            out = model.invoke(messages)
+            # JSON for the graph's own use is not the answer: keep it out of stream_mode="messages"
+            out = model.invoke(messages, config=RunnableConfig(tags=[_NOSTREAM_TAG]))
         except Exception as exc:  # noqa: BLE001 - timeouts, connection errors, runtime errors
             usage.add(None, time.monotonic() - started)
             last_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -227,6 +278,9 @@ def text_call(component: str, prompt: str, *, backend: str | None = None, usage:
             last_error = f"{type(exc).__name__}: {exc}"[:300]
             continue
         usage.add(msg if isinstance(msg, AIMessage) else None, time.monotonic() - started)
+        first = (getattr(msg, "response_metadata", None) or {}).get("first_token_s")
+        if isinstance(first, int | float):
+            usage.first_token_s = float(first)
         text = str(msg.content).strip()
         if text:
             return text

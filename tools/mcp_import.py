@@ -30,7 +30,7 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -148,11 +148,12 @@ class RemoteTool:
 
     @property
     def operation_type(self) -> str:
-        """read only when the server says read-only and not destructive; anything else is a write."""
+        """Read only when the server says read-only and not destructive; anything else is a write."""
         ann = self.annotations
         return "read" if ann.get("readOnlyHint") is True and ann.get("destructiveHint") is not True else "write"
 
     def digest(self) -> str:
+        """What a re-import compares: description, input schema and annotations."""
         blob = json.dumps({"d": self.description, "s": self.input_schema, "a": self.annotations}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -348,8 +349,11 @@ def import_mcp(config_path: Path, registry: Registry, *, tenant: str = "*") -> I
             old_binding = bindings.get(name)
             old_spec = _existing(registry, name, tenant)
             (report.writes if tool.operation_type == "write" else report.reads).append(name)
+            stored_conn = {k: v for k, v in connection(server, config_path.parent).items() if k != "env"}
+            stored_conn["env_passthrough"] = list(server.env_passthrough)
             if old_spec is not None and old_binding is not None and old_binding.digest == digest:
-                report.unchanged.append(name)
+                report.unchanged.append(name)  # the registry row stays; the server's command may have moved
+                _save_binding(engine, replace(old_binding, connection=stored_conn, timeout_seconds=server.timeout_seconds))
                 continue
             if old_spec is not None and old_spec.standard:
                 report.skipped[f"{server_name}:{tool.name}"] = f"{name!r} is a standard tool's name"
@@ -373,8 +377,6 @@ def import_mcp(config_path: Path, registry: Registry, *, tenant: str = "*") -> I
                          f"Imported from MCP server {server_name!r} (tool {tool.name!r}, {kind}).",
                 "permissions": permissions, "examples": list(override.examples),
             })
-            stored_conn = {k: v for k, v in connection(server, config_path.parent).items() if k != "env"}
-            stored_conn["env_passthrough"] = list(server.env_passthrough)
             new_bindings.append(Binding(tenant, name, server_name, tool.name, tool.operation_type, tool.annotations,
                                         tool.input_schema, stored_conn, server.timeout_seconds, digest, remote_digest,
                                         version))

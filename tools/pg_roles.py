@@ -17,6 +17,7 @@ from tools.sql_schema import dataset_tables
 
 
 def check_identifier(name: str) -> str:
+    """`name` unchanged if it is a plain ASCII identifier; it is pasted into SQL text, so anything else is refused."""
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"unexpected identifier in the dataset: {name!r}")
     return name
@@ -28,6 +29,7 @@ def _libpq(url: str) -> str:
 
 
 def pg_connect(url: str) -> Any:
+    """A psycopg connection from a SQLAlchemy-style URL; an unreachable server is DatabaseUnavailable."""
     import psycopg
 
     try:
@@ -41,7 +43,8 @@ def ensure_readonly_role(admin_url: str, role: str = "tramita_ro", password: str
     """Create (or update) a login role that can only SELECT the NovaOps dataset tables of this
     database, and return its URL. Layers: SELECT grants on the dataset tables only (tramita's own
     tables stay invisible), `default_transaction_read_only = on` and a `statement_timeout` on the
-    role. Idempotent; a given password is (re)applied, a missing one is generated."""
+    role. Idempotent; a given password is (re)applied, a missing one is generated.
+    """
     from psycopg import errors, sql
 
     check_identifier(role)

@@ -63,6 +63,7 @@ class SampleData:
     """The CSVs the API serves, read once."""
 
     def __init__(self, dataset_dir: Path = SAMPLE_DIR) -> None:
+        """Read services, incidents, employees and the deploys of `dataset_dir`."""
         data = dataset_dir / "data"
         self.services = {r["service_id"]: r for r in _csv(data / "services.csv")}
         self.incidents = _csv(data / "incidents.csv")
@@ -103,6 +104,7 @@ class SampleData:
         return None
 
     def service_status(self, service_id: str) -> dict[str, Any]:
+        """The getServiceStatus answer: status, open incidents, production version, last deploy."""
         svc = self.services[service_id]
         last = next((d for d in self.deploys if d["service_id"] == service_id), None)
         return {"service_id": service_id, "name": svc["name"], "tier": int(svc["tier"]),
@@ -177,7 +179,7 @@ def create_app(dataset_dir: Path = SAMPLE_DIR, *, token: str | None = None) -> S
                 continue
             rows.append({"service_id": sid, "name": svc["name"], "tier": int(svc["tier"]),
                          "owner_team_id": svc["owner_team_id"], "status": st,
-                         "open_incidents": len(data.open_incidents(sid))})
+                         "open_incidents": [i["incident_id"] for i in data.open_incidents(sid)]})
         return JSONResponse({"as_of": AS_OF, "total": len(rows), "services": rows})
 
     def service_id(request: Request) -> str:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict
 
@@ -67,6 +67,18 @@ def rule_based(prompt: str) -> str:
     return "{}"
 
 
+STREAM_CHUNKS = 4
+
+
+def stream_pieces(text: str, n: int = STREAM_CHUNKS) -> list[str]:
+    """`text` cut into at most `n` consecutive pieces at spaces (their concatenation is `text`)."""
+    words = re.split(r"(?<= )", text)
+    if len(words) < 2:
+        return [text]
+    size = -(-len(words) // n)
+    return ["".join(words[i:i + size]) for i in range(0, len(words), size)]
+
+
 class ScriptedChatModel(BaseChatModel):
     """Replies from `script` in order when given, else from `responder` (rule_based by default)."""
 
@@ -80,8 +92,7 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "scripted"
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage]) -> tuple[str, UsageMetadata]:
         prompt = "\n---\n".join(str(m.content) for m in messages if m.type in ("system", "human"))
         if messages and messages[0].type == "system":
             prompt = str(messages[0].content) + "\n---\n" + "\n".join(str(m.content) for m in messages[1:])
@@ -89,14 +100,33 @@ class ScriptedChatModel(BaseChatModel):
         text = self.script.pop(0) if self.script else self.responder(prompt)
         meta = UsageMetadata(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4,
                              total_tokens=(len(prompt) + len(text)) // 4)
+        return text, meta
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        text, meta = self._reply(messages)
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, usage_metadata=meta))])
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        """The same reply in several chunks (at most STREAM_CHUNKS, split at spaces), so tests of
+        `stream_mode="messages"` see a reply arrive in pieces, as a real model writes it.
+        """
+        text, meta = self._reply(messages)
+        pieces = stream_pieces(text)
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece, usage_metadata=meta if last else None,
+                                                             chunk_position="last" if last else None))
 
     def with_structured_output(  # type: ignore[override]
         self, schema: type[BaseModel] | dict[str, Any], *, include_raw: bool = False, **kwargs: Any
     ) -> Runnable[LanguageModelInput, Any]:
+        """Parse the reply's JSON into `schema` (the rules already answer in the schema's shape)."""
         return self | json_parser(schema, include_raw)
 
     def bind_tools(  # type: ignore[override]
         self, tools: Sequence[Any], **kwargs: Any
     ) -> Runnable[LanguageModelInput, BaseMessage]:
+        """Not supported: tramita uses structured output."""
         raise NotImplementedError("the scripted model does not call tools")

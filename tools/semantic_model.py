@@ -113,7 +113,8 @@ class Join(_Strict):
 
     The join's name is a role a query may write for the target (`approver.full_name`). `default`
     decides which join the plain entity name follows when an entity has several joins to the same
-    target (None: followed only when it is the only one; False: never)."""
+    target (None: followed only when it is the only one; False: never).
+    """
 
     entity: str
     column: str
@@ -136,6 +137,7 @@ class Entity(_Strict):
     joins: dict[str, Join] = Field(default_factory=dict)
 
     def table_name(self, name: str) -> str:
+        """The table behind the entity named `name`."""
         return self.table or name
 
 
@@ -147,6 +149,8 @@ class Example(_Strict):
 
 
 class SemanticModelSpec(_Strict):
+    """The whole file: the entities and the worked examples shown to the LLM."""
+
     version: Literal[1] = 1
     name: str
     description: str = ""
@@ -233,7 +237,8 @@ _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Paren, exp.Neg, exp.Liter
 
 def expr_columns(text: str) -> list[str]:
     """The columns of a derived dimension's expression; only + - * / over columns and numbers is
-    allowed, so the expression means the same on every engine and needs no function allow-list."""
+    allowed, so the expression means the same on every engine and needs no function allow-list.
+    """
     try:
         tree = sqlglot.parse_one(text)
     except sqlglot.errors.ParseError as exc:
@@ -263,6 +268,7 @@ class TableInfo:
     enums: dict[str, tuple[str, ...]] = field(default_factory=dict)  # CHECK (col IN (...)) values
 
     def is_unique(self, column: str) -> bool:
+        """Whether `column` alone is a key (primary key or single-column unique constraint)."""
         return (column,) == self.primary_key or (column,) in self.unique
 
 
@@ -300,7 +306,8 @@ def catalog_from_schema(schema: Any) -> Catalog:
 
 def catalog_from_engine(engine: Any, tables: list[str] | None = None) -> Catalog:
     """A catalog read live from a SQLAlchemy engine: columns, keys, foreign keys, CHECK (.. IN ..)
-    lists and comments (PostgreSQL comments; for SQLite the `--` comments kept in the stored DDL)."""
+    lists and comments (PostgreSQL comments; for SQLite the `--` comments kept in the stored DDL).
+    """
     from sqlalchemy import inspect
 
     insp = inspect(engine)
@@ -372,7 +379,8 @@ def _in_lists(check_sql: str) -> dict[str, tuple[str, ...]]:
 
 def check_against_catalog(spec: SemanticModelSpec, catalog: Catalog) -> list[str]:
     """Every table, column and join key the model names must exist; a join's target column must be
-    unique (otherwise a many-to-one join would repeat rows and inflate every measure)."""
+    unique (otherwise a many-to-one join would repeat rows and inflate every measure).
+    """
     problems: list[str] = []
     for ename, ent in spec.entities.items():
         at = f"entities.{ename}"
@@ -419,7 +427,8 @@ def _target_column(target: Entity) -> str:
 
 def validate_against_database(path: Path, engine: Any) -> dict[str, int]:
     """Load the model file and check it against the live database; `PolicyError` names the file
-    and the entry. Returns counts for the ingest report."""
+    and the entry. Returns counts for the ingest report.
+    """
     spec = load_semantic_model(path)
     tables = [e.table_name(n) for n, e in spec.entities.items()]
     catalog = catalog_from_engine(engine, tables)
@@ -438,7 +447,8 @@ def draft_model(catalog: Catalog, name: str = "draft") -> dict[str, Any]:
     """A first model from what the database knows: one entity per table, every column a dimension
     (date and timestamp columns with all time grains, CHECK-IN lists as values), count plus
     sum/avg/min/max of numeric non-key columns, one join per single-column foreign key (named after
-    the column without `_id`). Synonyms, segments, units and defaults are left for a person."""
+    the column without `_id`). Synonyms, segments, units and defaults are left for a person.
+    """
     entities: dict[str, Any] = {}
     for table, info in sorted(catalog.items()):
         fk_cols = {c for c, _, _ in info.foreign_keys}

@@ -27,23 +27,28 @@ if TYPE_CHECKING:
 
 @dataclass
 class Services:
+    """One deployment's engines, registry and retrieval backends; each member is built on first use."""
+
     settings: Settings
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @cached_property
     def engine(self) -> Engine:
+        """The writer engine on the business database: handlers write through it, the registry lives in it."""
         from tools.database import writer_engine
 
         return writer_engine(self.settings.sql_url)
 
     @cached_property
     def registry(self) -> Registry:
+        """The tool registry, in the business database, with its vectors under the Chroma directory."""
         from tools.registry import Registry
 
         return Registry(self.engine, chroma_dir=self.settings.chroma_dir)
 
     @cached_property
     def sql_tool(self) -> SQLTool:
+        """Read-only SQL for questions; on PostgreSQL with no read-only URL configured, as the SELECT-only role."""
         from tools.sql_tool import SQLTool
 
         url = self.settings.pg_readonly_url or self.settings.sql_url
@@ -53,17 +58,20 @@ class Services:
 
     @cached_property
     def graph_tool(self) -> GraphTool:
+        """The property graph, for questions answered with Cypher."""
         from tools.graph_tool import GraphTool
 
         return GraphTool(self.settings.graph_url, sample_dir=self.settings.dataset_dir)
 
     @cached_property
     def doc_store(self) -> DocStore:
+        """The company documents' chunks in Chroma, for questions answered from documents."""
         from tools.doc_store import DocStore
 
         return DocStore(self.settings.chroma_dir)
 
     def embed_query(self, text: str) -> list[float]:
+        """`text` embedded with the default embedding model (the API backend ranks its operations by it)."""
         from tools.embeddings import make_embeddings
 
         return list(make_embeddings().embed_query(text))
@@ -72,7 +80,8 @@ class Services:
 def readonly_url(admin_url: str, dataset_dir: Path) -> str:
     """The SELECT-only role's URL for a PostgreSQL database, created on first use. Its password is
     derived from the admin URL so every process of one deployment agrees on it (a random one
-    per process would lock the others out)."""
+    per process would lock the others out).
+    """
     import hashlib
     import os
 

@@ -43,6 +43,8 @@ _CREATE_RE = re.compile(r"^\s*CREATE\s+TABLE\s+(\w+)", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Column:
+    """One column of schema.sql: type, `--` comment, key, foreign key and CHECK-IN values."""
+
     name: str
     type: str
     comment: str = ""
@@ -53,6 +55,8 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
+    """One CREATE TABLE of schema.sql with the comment lines right above it."""
+
     name: str
     comment: str
     columns: tuple[Column, ...]
@@ -66,14 +70,18 @@ class Table:
 
 @dataclass(frozen=True)
 class Schema:
+    """The parsed schema.sql: tables in CREATE order, plus a lookup by name."""
+
     tables: tuple[Table, ...]
     by_name: dict[str, Table] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        """Fill `by_name` by mutating it: a frozen dataclass cannot assign the attribute."""
         self.by_name.update({t.name: t for t in self.tables})
 
     @property
     def names(self) -> list[str]:
+        """The table names in CREATE order, which is the load order."""
         return [t.name for t in self.tables]
 
 
@@ -213,7 +221,8 @@ def schema_summary(max_chars: int = 3000, tables: list[str] | None = None,
                    schema: Schema | None = None) -> str:
     """A compact, prompt-ready description: one line per table with its columns, primary keys,
     foreign keys (→table), enum values and the table's comment; then column comments are added,
-    value lists and examples first, while the text stays within `max_chars`."""
+    value lists and examples first, while the text stays within `max_chars`.
+    """
     schema = schema or load_schema()
     unknown = sorted(set(tables or ()) - set(schema.names))
     if unknown:
@@ -248,7 +257,8 @@ def schema_summary(max_chars: int = 3000, tables: list[str] | None = None,
 
 def join_hints(tables: list[str], schema: Schema | None = None) -> list[str]:
     """`a.x = b.y` for every foreign key between the chosen tables. The summary's `x→b` arrows
-    say the same, but the 1.5B model joins more reliably when the ON clause is spelled out."""
+    say the same, but the 1.5B model joins more reliably when the ON clause is spelled out.
+    """
     schema = schema or load_schema()
     chosen = set(tables)
     hints: list[str] = []
@@ -383,7 +393,8 @@ def link_schema(question: str, k: int = 6, schema: Schema | None = None,
 
     A table scoring under `relative` × the best score is left out: a stray word ("approved",
     "quarter") otherwise pulls in a table that the 1.5B model then joins by mistake. On the dev
-    questions this drops 17 of 27 extra tables and loses no gold table (benchmarks/schema_linking.py)."""
+    questions this drops 17 of 27 extra tables and loses no gold table (benchmarks/schema_linking.py).
+    """
     schema = schema or load_schema()
     synonyms = synonyms or load_synonyms()
     scores = _table_scores(question, schema, synonyms)

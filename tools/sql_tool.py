@@ -58,9 +58,11 @@ __all__ = [
 class UnsafeSQLError(ValueError):
     """The query was refused before reaching the database. `repairable` is True when the text is
     merely malformed or names something unknown (a repair loop may retry) and False for write,
-    exfiltration or denial-of-service attempts."""
+    exfiltration or denial-of-service attempts.
+    """
 
     def __init__(self, reason: str, *, repairable: bool = False) -> None:
+        """Keep `reason` and `repairable` as attributes, so callers branch on them without parsing the message."""
         super().__init__(reason)
         self.reason = reason
         self.repairable = repairable
@@ -163,7 +165,7 @@ def is_denied_function(name: str) -> str | None:
 
 
 def dialect_for_url(url: str) -> str:
-    """sqlglot dialect name for a database URL."""
+    """The sqlglot dialect name for a database URL."""
     if url.startswith("sqlite"):
         return "sqlite"
     if url.startswith(("postgresql", "postgres")):
@@ -173,7 +175,7 @@ def dialect_for_url(url: str) -> str:
 
 
 def _libpq_url(url: str) -> str:
-    """psycopg wants plain postgresql:// (SQLAlchemy URLs carry a +driver)."""
+    """The URL as plain postgresql://, which psycopg wants (SQLAlchemy URLs carry a +driver)."""
     scheme, sep, rest = url.partition("://")
     return "postgresql" + sep + rest if scheme.startswith("postgres") else url
 
@@ -193,10 +195,12 @@ class SQLTool:
     """Read-only question answering over the business database (SQLite path or PostgreSQL URL).
 
     For PostgreSQL pass the URL of the SELECT-only role (`ensure_readonly_role`); the READ ONLY
-    transaction alone can be undone by the client and is only the second layer."""
+    transaction alone can be undone by the client and is only the second layer.
+    """
 
     def __init__(self, url: str, *, dialect: str | None = None, allowed_tables: set[str] | None = None,
                  row_cap: int = 200, timeout_s: float = 5.0, sample_dir: Path = SAMPLE_DIR) -> None:
+        """Check the limits and fix the allowed tables (default: the dataset's); no connection is opened here."""
         if row_cap < 1:
             raise ValueError("row_cap must be at least 1")
         if timeout_s <= 0:
@@ -216,7 +220,8 @@ class SQLTool:
 
     def validate(self, sql: str) -> str:
         """Return the safe SQL to run (regenerated, comments dropped, LIMIT ≤ row_cap) or raise
-        `UnsafeSQLError` with the reason."""
+        `UnsafeSQLError` with the reason.
+        """
         if not isinstance(sql, str) or not sql.strip():
             raise UnsafeSQLError("empty query", repairable=True)
         if "\x00" in sql:
@@ -342,7 +347,8 @@ class SQLTool:
 
     def _open_sqlite(self) -> sqlite3.Connection:
         """A connection that cannot write: read-only open mode, query_only, and an authorizer that
-        permits nothing but reading allow-listed tables and calling allowed functions."""
+        permits nothing but reading allow-listed tables and calling allowed functions.
+        """
         path = self._sqlite_file
         if path is None:
             raise DatabaseUnavailable(f"not a sqlite:/// URL: {self.url}")
@@ -441,7 +447,8 @@ class SQLTool:
 
     def value_hints(self, question: str, tables: list[str] | None = None) -> list[str]:
         """`table.column = 'value'` for the stored values the question names (tools.sql_values),
-        read through this tool's own validated, read-only queries."""
+        read through this tool's own validated, read-only queries.
+        """
         from tools.sql_values import value_index
 
         index = value_index(self.url, self.query, load_schema(self.schema_path))
@@ -453,7 +460,8 @@ class SQLTool:
 def _sqlite_authorize(action: int, arg1: str | None, arg2: str | None, denied: frozenset[str]) -> int:
     """SQLite authorizer: SELECT, reads of anything but the denied tables (and sqlite_*
     internals), recursive CTEs and allowed functions; everything else (writes, PRAGMA, ATTACH,
-    schema changes, transactions) is refused at prepare time."""
+    schema changes, transactions) is refused at prepare time.
+    """
     if action in (sqlite3.SQLITE_SELECT, _SQLITE_RECURSIVE):
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_READ:
@@ -474,7 +482,8 @@ def _function_names(node: exp.Func) -> set[str]:
 
 def _as_dicts(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
     """Rows as dicts; a repeated column name (`t.name, s.name`) gets a suffix instead of
-    silently overwriting the first value."""
+    silently overwriting the first value.
+    """
     keys: list[str] = []
     for col in columns:
         key, n = col, 1
@@ -522,7 +531,8 @@ def _is_system_name(name: str) -> bool:
 def _visible_cte(table: exp.Table, name: str) -> bool:
     """True when `name` refers to a CTE in scope at this table reference. A CTE is visible in the
     body of its query, in later CTEs of the same WITH, and (WITH RECURSIVE) in every one of them;
-    elsewhere the same name would reach the real table, so it must pass the allow-list."""
+    elsewhere the same name would reach the real table, so it must pass the allow-list.
+    """
     node: exp.Expr | None = table
     child: exp.Expr | None = None
     while node is not None:

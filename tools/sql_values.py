@@ -31,17 +31,21 @@ TEXT_TYPES = ("TEXT", "CHAR", "VARCHAR", "CLOB", "STRING")
 
 def fold(text: str) -> str:
     """tramita.base.text.fold with '-' and '_' as separators too ('payments-api' = 'Payments API'),
-    padded with spaces so that `f" {value} " in fold(question)` is a whole-word test."""
+    padded with spaces so that `f" {value} " in fold(question)` is a whole-word test.
+    """
     return " " + " ".join(w for w in re.split(r"[\s_-]+", fold_text(text)) if w) + " "
 
 
 @dataclass(frozen=True)
 class ValueHit:
+    """A stored value the question names, with the table and column that hold it."""
+
     table: str
     column: str
     value: str
 
     def render(self) -> str:
+        """The hint as the SQL condition the model should write (`teams.name = 'Plataforma'`)."""
         return f"{self.table}.{self.column} = '{self.value}'"
 
 
@@ -49,6 +53,7 @@ class ValueIndex:
     """Distinct short text values per (table, column), matched as whole words in a question."""
 
     def __init__(self, values: dict[tuple[str, str], list[str]]) -> None:
+        """Index the values read per column, keeping those of MIN_VALUE_CHARS or more that are not bare numbers."""
         self._entries: list[tuple[str, ValueHit]] = []
         for (table, column), vals in values.items():
             for v in vals:
@@ -59,11 +64,13 @@ class ValueIndex:
         self._entries.sort(key=lambda e: (-len(e[0]), e[1].table, e[1].column, e[1].value))
 
     def __len__(self) -> int:
+        """The number of indexed values; `value_index` does not cache an empty index (the database may be down)."""
         return len(self._entries)
 
     def match(self, question: str, tables: Iterable[str] | None = None, limit: int = MAX_HITS) -> list[ValueHit]:
         """Values written in the question, longest first; only in `tables` when given (the
-        linked ones: a hint about a table the prompt does not show only confuses the model)."""
+        linked ones: a hint about a table the prompt does not show only confuses the model).
+        """
         text = fold(question)
         allowed = set(tables) if tables is not None else None
         hits: list[ValueHit] = []
@@ -83,14 +90,16 @@ class ValueIndex:
 
 def text_columns(schema: Schema) -> list[tuple[str, str]]:
     """(table, column) pairs that may hold names and labels: text, not a foreign key, not an enum
-    (the schema summary already lists an enum's values)."""
+    (the schema summary already lists an enum's values).
+    """
     return [(t.name, c.name) for t in schema.tables for c in t.columns
             if not c.references and not c.enum and any(k in c.type.upper() for k in TEXT_TYPES)]
 
 
 def read_values(query: Query, columns: Iterable[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
     """Distinct values of each column through `query` (SQLTool.query); columns with too many
-    values, or that fail to read, are left out (value linking is a hint, never a requirement)."""
+    values, or that fail to read, are left out (value linking is a hint, never a requirement).
+    """
     values: dict[tuple[str, str], list[str]] = {}
     for table, column in columns:
         try:
@@ -110,7 +119,8 @@ _lock = threading.Lock()
 
 def value_index(url: str, query: Query, schema: Schema) -> ValueIndex:
     """The index for a database URL, rebuilt after CACHE_SECONDS (rows written by business tools
-    rarely change these low-cardinality columns, so a short staleness is harmless)."""
+    rarely change these low-cardinality columns, so a short staleness is harmless).
+    """
     with _lock:
         cached = _cache.get(url)
         if cached and time.monotonic() - cached[0] < CACHE_SECONDS:

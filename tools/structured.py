@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 def json_parser(schema: type[BaseModel] | dict[str, Any], include_raw: bool) -> RunnableLambda[AIMessage, Any]:
     """Parse a reply's JSON into `schema`; with include_raw, return LangChain's
-    {"raw", "parsed", "parsing_error"} dict so the caller can retry with the error."""
+    {"raw", "parsed", "parsing_error"} dict so the caller can retry with the error.
+    """
 
     def _parse(msg: AIMessage) -> Any:
         raw = msg.content if isinstance(msg.content, str) else json.dumps(msg.content)

@@ -13,11 +13,13 @@ from tools.llm import Usage, structured_call
 MAX_REPAIRS = 2
 
 
-class CypherAnswer(BaseModel):
+# no docstring: pydantic would put it into the JSON schema that the model is sent
+class CypherAnswer(BaseModel):  # noqa: D101
     cypher: str = Field(description="one read-only openCypher query")
 
 
 def iso_week(today: str) -> str:
+    """`today`'s ISO week (2026-W19): the graph's on-call weeks are written that way."""
     y, w, _ = date.fromisoformat(today).isocalendar()
     return f"{y}-W{w:02d}"
 

@@ -16,7 +16,8 @@ from tools.sql_tool import SQLTool
 MAX_REPAIRS = 2
 
 
-class SQLAnswer(BaseModel):
+# no docstring: pydantic would put it into the JSON schema that the model is sent
+class SQLAnswer(BaseModel):  # noqa: D101
     sql: str = Field(description="one read-only SELECT statement")
 
 
@@ -39,7 +40,8 @@ def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None,
 
 def _hints(tool: SQLTool, question: str, tables: list[str]) -> str:
     """The join conditions between the linked tables and the stored values the question names:
-    the two mistakes the small model makes most (measured on this project's questions) are wrong joins and wrong columns."""
+    the two mistakes the small model makes most (measured on this project's questions) are wrong joins and wrong columns.
+    """
     lines = []
     joins = tool.join_hints(tables)
     if joins:

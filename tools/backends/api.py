@@ -38,13 +38,16 @@ from tramita.base.text import fold
 
 log = get_logger("tramita.api")
 
-FLOOR = 0.88  # e5 cosines bunch high: unrelated questions score 0.84-0.87 against the sample operations
-MARGIN = 0.012
+FLOOR = 0.87  # e5 cosines bunch high: unrelated questions score 0.84-0.865 against the sample operations
+MARGIN = 0.01
 MAX_RENDER_CHARS = 3000
 MAX_ROWS = 50
 _URL = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.)\S+")
 _SINCE = ("desde", "since", "a partir de", "from", "depois de", "after")
 _UNTIL = ("ate", "until", "antes de", "before", "to")
+# where a question that asks two things splits: "... agora? E o que diz o runbook ..."
+_CLAUSES = re.compile(r"[?;!]|,\s*(?:e|and)\s+|\s+(?:e|and)\s+(?=(?:qual|quais|quem|quando|como|quantos|quantas|o que|"
+                      r"what|which|who|when|how|is|are|does|did)\b)|\.\s", re.IGNORECASE)
 
 
 # ------------------------------------------------------------------------------ operation index
@@ -105,7 +108,8 @@ def _word_in(needle: str, folded: str) -> bool:
 
 def _id_pattern(pattern: str) -> re.Pattern[str] | None:
     r"""A search regex for id-shaped patterns (`^DEP-\d{4}$`, `^T\d{2}$`): a literal upper-case
-    prefix is required, so a free pattern such as `^[a-z][a-z0-9-]+$` never matches every word."""
+    prefix is required, so a free pattern such as `^[a-z][a-z0-9-]+$` never matches every word.
+    """
     core = pattern.removeprefix("^").removesuffix("$")
     if not re.match(r"^[A-Z]+(?:-|\\d)", core):
         return None
@@ -123,11 +127,21 @@ def _enum_hits(param: ApiParam, folded: str) -> set[str]:
         words[fold(o.replace("_", " "))] = o
     for option, syns in param.hint.synonyms.items():
         words.update({fold(w): option for w in syns})
-    hits = [(len(w), o) for w, o in words.items() if _word_in(w, folded)]
+    hits = [(len(w), o) for w, o in words.items() if _word_in(w, folded) and not _negated(w, folded)]
     if not hits:
         return set()
     longest = max(n for n, _ in hits)
     return {o for n, o in hits if n == longest}
+
+
+_NEGATIONS = ("nao", "not", "sem", "without", "nem", "nor", "never", "nunca", "isn t", "aren t")
+
+
+def _negated(word: str, folded: str) -> bool:
+    """"not fully operational", "não operacionais": the value is what the question excludes."""
+    m = re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", folded)
+    before = folded[: m.start()].split()[-3:] if m else []
+    return any(n in " ".join(before) for n in _NEGATIONS)
 
 
 def _reference_hits(kind: str, folded: str, services: Services) -> set[str]:
@@ -305,6 +319,26 @@ def canonical(op: ApiOperation, name: str, raw: Any, call: BackendCall) -> Any:
     return _as_type(p, raw)
 
 
+def clauses(question: str) -> list[str]:
+    """The question, then its parts when it asks two things (each part of three words or more)."""
+    parts = [p.strip() for p in _CLAUSES.split(question) if p and len(p.split()) >= 3]
+    return list(dict.fromkeys([question.strip(), *parts]))
+
+
+def best_clause(question: str, index: ToolIndex, services: Services) -> tuple[str, list[tuple[str, float]]]:
+    """The part of the question that matches an operation best, and its ranking.
+
+    A question that also asks the database or the documents something embeds as a mix and scores
+    low against every operation; its API half, alone, scores like any API question.
+    """
+    best: tuple[str, list[tuple[str, float]]] | None = None
+    for part in clauses(question):
+        ranked = index.rank(services.embed_query(part), 3)
+        if ranked and (best is None or ranked[0][1] > best[1][0][1]):
+            best = (part, ranked)
+    return best if best is not None else (question, [])
+
+
 def fillable(candidates: list[str], ops: dict[str, tuple[ApiSource, ApiOperation]], question: str,
              call: BackendCall) -> str | None:
     """Among close candidates, the only one whose required parameters are all in the question.
@@ -391,19 +425,23 @@ class ApiBackend:
         if urls:
             out["ignored_urls"] = urls  # never fetched: only declared operations on allow-listed hosts
         index, ops = _INDEX.get(sources)
-        ranked = index.rank(call.services.embed_query(question), 3)
+        part, ranked = best_clause(question, index, call.services)
         verdict = decide(ranked, lambda _: True, floor=FLOOR, margin=MARGIN, k=3)
-        out["match"] = {"decision": verdict.decision, "candidates": [[c.name, round(c.score, 4)] for c in verdict.candidates]}
+        out["match"] = {"decision": verdict.decision, "clause": part,
+                        "candidates": [[c.name, round(c.score, 4)] for c in verdict.candidates]}
         key: str | None = verdict.best if verdict.decision == "clear" else None
         if verdict.decision == "close":
             close = [c.name for c in verdict.candidates if verdict.candidates[0].score - c.score < MARGIN]
-            key = fillable(close, ops, question, call) or choose_operation(close, ops, question, call)
+            key = fillable(close, ops, part, call) or choose_operation(close, ops, question, call)
         if key is None:
             return {**out, "error": "no declared API operation matches this question"}
         source, op = ops[key]
         out.update(source=source.name, operation=op.operation_id, path=op.path)
         today = date.fromisoformat(call.today)
-        args, ambiguous = typed_values(op, question, call.services, today)
+        args, ambiguous = typed_values(op, part, call.services, today)
+        if part != question:  # a required value may sit in the other half ("... e como ele está agora?")
+            whole, _ = typed_values(op, question, call.services, today)
+            args.update({n: whole[n] for n in op.required if n not in args and n in whole})
         pending = [n for n in op.required if n not in args] + [n for n in ambiguous if n not in op.required]
         if pending:
             for n, raw in llm_values(op, pending, args, question, call).items():
@@ -438,3 +476,11 @@ class ApiBackend:
         if len(body) > MAX_RENDER_CHARS:
             body = body[:MAX_RENDER_CHARS] + " …(truncated)"
         return f"{tag} GET {context.get('path', '')} ({params}) -> HTTP {context.get('status', '?')}\n{tag} data: {body}"
+
+    def vocabulary(self, services: Services) -> list[str]:
+        """What the APIs answer: each declared operation's description and examples (the planner embeds these)."""
+        try:
+            sources = load_sources(services.settings.dataset_dir)
+        except Exception:  # noqa: BLE001 - a broken file: no vocabulary, doctor says why
+            return []
+        return [t for s in sources for op in s.operations.values() for t in [op.description, *op.examples] if t]

@@ -8,9 +8,11 @@ one module here plus one line in `tools.backends.BACKENDS`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol, runtime_checkable
 
 from tools.llm import Usage
@@ -51,11 +53,144 @@ class RetrievalBackend(Protocol):
         ...
 
 
+# -------------------------------------------------------------------------- rows for synthesis
+#
+# Why rows are formatted here, in code: a small model asked to restate "[SQL] rows: [{...}]" copies
+# the label, invents a currency ("R$") or mangles a number ("23.183.12"). So the synthesis context
+# shows each result as a small table with column names and units, every number already written
+# the way the user's language writes it, and no query or label to copy.
+
+# column-name conventions for units, used when the semantic model does not name the column
+UNIT_CONVENTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(^|_)usd($|_)"), "USD"),
+    (re.compile(r"(^|_)(pct|percent)($|_)"), "%"),
+    (re.compile(r"(^|_)minutes($|_)"), "minutes"),
+)
+_IDENTIFIER_COLUMN = re.compile(r"(^|_)(id|ids|year|ano|week|semana|quarter|trimestre|tier|level|nivel|code|codigo|"
+                                r"number|numero|version)($|_)", re.IGNORECASE)
+_COUNTING = re.compile(r"^\s*count\s*\(", re.IGNORECASE)
+_UNIT_WORDS = {"pt": {"minutes": "min", "%": "%"}, "en": {"minutes": "min", "%": "%"}}
+
+
+def unit_of(column: str, units: Mapping[str, str]) -> str | None:
+    """The unit of a result column: the semantic model's (`units`), else a naming convention."""
+    key = column.lower().split(".")[-1]
+    if key in units:
+        return units[key]
+    for pattern, unit in UNIT_CONVENTIONS:
+        if pattern.search(key):
+            return unit
+    return None
+
+
+def column_units(query: str, columns: Sequence[str], units: Mapping[str, str]) -> dict[str, str]:
+    """Each output column's unit. An alias ("total") takes the unit of the one column its
+    expression reads ("SUM(x.amount_usd) AS total" → USD); a COUNT has none.
+    """
+    out: dict[str, str] = {}
+    for col in columns:
+        unit = unit_of(col, units)
+        if unit:
+            out[col] = unit
+    if not query or len(out) == len(columns):
+        return out
+    try:
+        import sqlglot
+        from sqlglot import exp
+
+        tree = sqlglot.parse_one(query, read="sqlite")
+    except Exception:  # noqa: BLE001 - Cypher or unparsable SQL: names only
+        return out
+    if not isinstance(tree, exp.Query):
+        return out
+    selects = tree.selects if isinstance(tree, exp.Select) else []
+    for projection in selects:
+        name = projection.alias_or_name
+        if name not in columns or name in out:
+            continue
+        if projection.find(exp.Count) is not None and not projection.find(exp.Sum):
+            continue
+        read = {unit_of(c.name, units) for c in projection.find_all(exp.Column)}
+        if len(read) == 1 and None not in read:
+            out[name] = str(next(iter(read)))
+    return out
+
+
+def format_number(value: int | float | Decimal, lang: str, unit: str | None = None, *, grouping: bool = True) -> str:
+    """A number as `lang` writes it: pt "1.234,56", en "1,234.56"; money (USD) with two decimals
+    and its currency, other decimals rounded to two places, percent and minutes with their unit.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    number = Decimal(str(value))
+    money = unit == "USD"
+    if money:
+        number = number.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        if number == number.to_integral_value() and isinstance(value, int):
+            number = number.quantize(Decimal(1))
+    elif number != number.to_integral_value():
+        number = number.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP).normalize()
+    sign = "-" if number < 0 else ""
+    digits = f"{abs(number):f}"
+    whole, _, frac = digits.partition(".")
+    if grouping and (money or len(whole) > 4):
+        whole = f"{int(whole):,}"
+    thousands, decimal_mark = (".", ",") if lang == "pt" else (",", ".")
+    whole = whole.replace(",", thousands)
+    text = sign + whole + (decimal_mark + frac if frac else "")
+    if money:
+        return f"US$ {text}" if lang == "pt" else f"USD {text}"
+    if unit:
+        word = _UNIT_WORDS.get(lang, {}).get(unit, unit)
+        return f"{text}%" if word == "%" else f"{text} {word}"
+    return text
+
+
+def _cell(value: Any, column: str, lang: str, unit: str | None) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return ("sim" if value else "não") if lang == "pt" else ("yes" if value else "no")
+    if isinstance(value, int | float | Decimal):
+        if _IDENTIFIER_COLUMN.search(column) and not unit:
+            return str(value)
+        return format_number(value, lang, unit)
+    if isinstance(value, str) and unit and re.fullmatch(r"-?\d+(?:\.\d+)?", value.strip()):
+        return format_number(Decimal(value.strip()), lang, unit)
+    if isinstance(value, list | tuple):
+        return ", ".join(_cell(v, column, lang, unit) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v, str(k), lang, None)}" for k, v in value.items())
+    return " ".join(str(value).split())
+
+
+def present_rows(context: dict[str, Any], lang: str, units: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A copy of a query backend's context whose rows are display strings (numbers per `lang`,
+    units from `units` or the column names) and whose `columns` carry their unit.
+    """
+    rows = [r for r in context.get("rows") or [] if isinstance(r, dict)]
+    columns: list[str] = list(dict.fromkeys(k for r in rows for k in r))
+    col_units = column_units(str(context.get("query") or ""), columns, units or {})
+    shown = [{c: _cell(r.get(c), c, lang, col_units.get(c)) for c in columns} for r in rows]
+    return {**context, "rows": shown, "columns": columns, "units": col_units, "presented": True}
+
+
 def render_rows(tag: str, context: dict[str, Any], max_rows: int = 25) -> str:
-    """Rows of a query backend for synthesis: the query and its rows, both tagged."""
-    rows = context.get("rows", [])
-    body = json.dumps(rows[:max_rows], ensure_ascii=False, default=str) if rows else "(no rows)"
-    return f"[{tag}] query: {context.get('query', '')}\n[{tag}] rows: {body}"
+    """A query backend's result for synthesis: a compact table under its citation tag, column
+    names first (with units), one line per row; no query, no JSON, no label to copy.
+    """
+    rows = [r for r in context.get("rows") or [] if isinstance(r, dict)]
+    if not rows:
+        return f"[{tag}] no matching records."
+    if not context.get("presented"):
+        context = present_rows(context, "en")
+    columns: list[str] = context.get("columns") or list(rows[0])
+    units: dict[str, str] = context.get("units") or {}
+    head = " | ".join(f"{c} ({units[c]})" if c in units and units[c] != "USD" else c for c in columns)
+    lines = [" | ".join(str(r.get(c, "")) for c in columns) for r in context["rows"][:max_rows]]
+    more = f"\n… {len(rows) - max_rows} more" if len(rows) > max_rows else ""
+    count = f"{len(rows)} result{'s' if len(rows) != 1 else ''}"
+    return f"[{tag}] {count}:\n{head}\n" + "\n".join(lines) + more
 
 
 @dataclass
@@ -74,7 +209,8 @@ def generate_validate_repair(question: str, generate: Callable[[str], str],
     """Generate a query, run it through the backend's guard, and feed any error back, at most
     `max_repairs` times. An error of a `fatal` type (the database is down) ends the loop at once:
     repairing the query cannot help. The guard runs on every attempt, so a repaired query is as
-    read-only as the first."""
+    read-only as the first.
+    """
     run = QueryRun()
     prompt = question
     for attempt in range(max_repairs + 1):

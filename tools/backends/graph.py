@@ -62,10 +62,17 @@ class GraphBackend:
         """The query and its rows, tagged [graph]."""
         return render_rows(self.citation, context)
 
+    def vocabulary(self, services: Services) -> list[str]:
+        """What the graph answers: the named patterns' descriptions and examples (the planner embeds these)."""
+        from tools.backends.vocabulary import graph_patterns_vocabulary
+
+        return graph_patterns_vocabulary(services.settings.graph_patterns_file())
+
     @staticmethod
     def _pattern(call: BackendCall) -> tuple[PatternAttempt | None, str]:
         """(the pattern attempt or None, the reason it did not answer). Never raises: any problem of
-        the pattern path is a reason to fall back, logged so a broken patterns file is noticed."""
+        the pattern path is a reason to fall back, logged so a broken patterns file is noticed.
+        """
         from tools.graph_patterns import PatternEngine
 
         path = call.services.settings.graph_patterns_file()

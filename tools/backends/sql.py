@@ -31,3 +31,9 @@ class SQLBackend:
     def render(self, context: dict[str, Any]) -> str:
         """The query and its rows, tagged [SQL]."""
         return render_rows(self.citation, context)
+
+    def vocabulary(self, services: Services) -> list[str]:
+        """What the database holds, in the semantic model's words (the planner embeds these)."""
+        from tools.backends.vocabulary import semantic_model_file, semantic_model_vocabulary
+
+        return semantic_model_vocabulary(semantic_model_file(services.settings.dataset_dir))

@@ -60,7 +60,8 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 def canonical_args(args: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments as audited: unset (None) ones dropped, integral floats as ints (20000, not
-    20000.0), Decimals as numbers."""
+    20000.0), Decimals as numbers.
+    """
     out: dict[str, Any] = {}
     for key, value in args.items():
         if value is None:
@@ -74,6 +75,7 @@ def canonical_args(args: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def arguments_json(args: Mapping[str, Any]) -> str:
+    """The audit_log's arguments_json: canonical and key-sorted, so the same call always reads the same."""
     return json.dumps(canonical_args(args), sort_keys=True, ensure_ascii=False)
 
 
@@ -124,6 +126,7 @@ def find_execution(engine: Engine, key: str) -> ToolResult | None:
 
 
 def first_error(errors: Mapping[str, ToolError]) -> ToolError | None:
+    """The first error of a check, in the order the check found them: a write raises only that one."""
     return next(iter(errors.values()), None)
 
 
@@ -131,7 +134,8 @@ def run_write(ctx: ToolContext, tool_name: str, args: Mapping[str, Any], idempot
               check: Callable[[Connection], Mapping[str, ToolError]],
               write: Callable[[Connection], ToolResult]) -> ToolResult:
     """Execute one confirmed write (steps in the module doc). Raises the first ToolError of `check`;
-    any exception rolls everything back."""
+    any exception rolls everything back.
+    """
     if not idempotency_key:
         raise ValueError("a write needs an idempotency key")
     with write_transaction(ctx.engine) as conn:

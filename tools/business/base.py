@@ -36,9 +36,11 @@ class ToolError(Exception):
     facts: dict[str, Any] = field(default_factory=dict)
 
     def message(self, lang: str) -> str:
+        """The message in `lang`; anything but English gets Portuguese, the default language."""
         return self.message_en if lang == "en" else self.message_pt
 
     def __str__(self) -> str:  # pragma: no cover - for logs
+        """Code and English message, for logs."""
         return f"{self.code}: {self.message_en}"
 
 
@@ -66,4 +68,5 @@ class ToolResult:
     replayed: bool = False  # True when the idempotency key had already been used
 
     def message(self, lang: str) -> str:
+        """The message in `lang`; anything but English gets Portuguese, the default language."""
         return self.message_en if lang == "en" else self.message_pt

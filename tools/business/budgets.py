@@ -78,10 +78,12 @@ class BudgetTools:
         return errors
 
     def check_request_change(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: own team (or finance approver), open quarter, no pending request, budget stays positive."""
         with ctx.engine.connect() as conn:
             return self._check(args, ctx, conn, False)
 
     def summary_request_change(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): current and requested amount; missing values show as '?'."""
         with ctx.engine.connect() as conn:
             team = _team_label(conn, args.get("team_id"))
             budget = _budget(conn, args.get("team_id"), args.get("quarter"))
@@ -93,6 +95,7 @@ class BudgetTools:
                    delta=_signed(delta), justification=args.get("justification") or "")
 
     def request_change(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """File the pending request, with its audit row, in one transaction; the budget itself is not changed."""
         def write(conn: Connection) -> ToolResult:
             budget = _budget(conn, args["team_id"], args["quarter"])
             assert budget is not None

@@ -47,7 +47,8 @@ def _fields(template: str) -> set[str]:
 
 def fmt_number(value: Any) -> str:
     """Money and counts for people: no thousands separator (so "5480" reads as in the data), and
-    two decimals only when there are cents."""
+    two decimals only when there are cents.
+    """
     number = value if isinstance(value, Decimal) else Decimal(str(value))
     if number == number.to_integral_value():
         return str(int(number))
@@ -135,6 +136,8 @@ class BusinessRules(BaseModel):
 
 
 class ToolTexts(BaseModel):
+    """One tool's sentences: the summary shown before confirmation and the result after execution."""
+
     model_config = ConfigDict(extra="forbid")
     summary: Bilingual
     result: Bilingual
@@ -166,16 +169,19 @@ def load_policy(path: Path, model: type[M]) -> M:
 
 @lru_cache(maxsize=4)
 def errors_catalog(path: Path = POLICIES_DIR / "errors.yaml") -> ErrorCatalog:
+    """The refusal and error texts (policies/errors.yaml), read and checked once per path."""
     return load_policy(path, ErrorCatalog)
 
 
 @lru_cache(maxsize=4)
 def rules(path: Path = POLICIES_DIR / "business_rules.yaml") -> BusinessRules:
+    """The business limits, orderings and synonyms (policies/business_rules.yaml), read and checked once per path."""
     return load_policy(path, BusinessRules)
 
 
 @lru_cache(maxsize=4)
 def messages(path: Path = POLICIES_DIR / "tool_messages.yaml") -> MessageCatalog:
+    """The tools' summary and result texts (policies/tool_messages.yaml), read and checked once per path."""
     return load_policy(path, MessageCatalog)
 
 

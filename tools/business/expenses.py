@@ -104,25 +104,31 @@ class ExpenseTools:
     # -------------------------------------------------------------------------------- approve
 
     def check_approve(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: the expense must be pending, someone else's and within the approver's limit."""
         with ctx.engine.connect() as conn:
             return self._check_decision("approve_expense", args, ctx, conn, False)
 
     def summary_approve(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): the expense as stored, plus the comment if any."""
         return self._summary_decision("approved", args, ctx)
 
     def approve(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Approve the pending expense in one audited transaction; the checks run again inside it."""
         return self._decide("approved", args, ctx, idempotency_key)
 
     # --------------------------------------------------------------------------------- reject
 
     def check_reject(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: the same preconditions as approving (pending, not one's own, within the limit)."""
         with ctx.engine.connect() as conn:
             return self._check_decision("reject_expense", args, ctx, conn, False)
 
     def summary_reject(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): the expense as stored, plus the reason."""
         return self._summary_decision("rejected", args, ctx)
 
     def reject(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Reject the pending expense in one audited transaction; the reason is stored as its comment."""
         return self._decide("rejected", args, ctx, idempotency_key)
 
     # --------------------------------------------------------------------------------- submit
@@ -149,16 +155,19 @@ class ExpenseTools:
         return errors
 
     def check_submit(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: the category's limit, no future date, the receipt deadline."""
         with ctx.engine.connect() as conn:
             return self._check_submit(args, ctx, conn, False)
 
     def summary_submit(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en); missing values show as '?'."""
         amount = args.get("amount_usd")
         return say("submit_expense", "summary", category=args.get("category") or "?",
                    amount=money(amount) if amount is not None else "?",
                    expense_date=args.get("expense_date") or "?", description=args.get("description") or "")
 
     def submit(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Insert the expense as pending in the user's name, with its audit row, in one transaction."""
         def write(conn: Connection) -> ToolResult:
             expense_id = next_id(conn, "expenses", "expense_id", "EXP", 4)
             conn.execute(
@@ -190,10 +199,12 @@ class ExpenseTools:
         return errors
 
     def check_status(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter; only the owner and finance approvers may see an expense."""
         with ctx.engine.connect() as conn:
             return self._check_status(args, ctx, conn, False)
 
     def summary_status(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """What is about to be looked up (pt, en)."""
         return say("get_expense_status", "summary", expense_id=args.get("expense_id") or "?")
 
     def status(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str = "") -> ToolResult:

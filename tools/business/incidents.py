@@ -51,10 +51,12 @@ class IncidentTools:
         return errors
 
     def check_escalate(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: the incident must not be resolved and the new severity must be more severe."""
         with ctx.engine.connect() as conn:
             return self._check(args, conn, False)
 
     def summary_escalate(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): the incident's title, status and severity change."""
         with ctx.engine.connect() as conn:
             row = _incident(conn, args.get("incident_id")) or {}
         return say("escalate_incident", "summary", incident_id=args.get("incident_id") or "?",
@@ -63,6 +65,7 @@ class IncidentTools:
                    reason=args.get("reason") or "")
 
     def escalate(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Raise the severity in one audited transaction; the result keeps the previous severity."""
         def write(conn: Connection) -> ToolResult:
             before = _incident(conn, args["incident_id"])
             assert before is not None

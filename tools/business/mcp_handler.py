@@ -69,6 +69,7 @@ class McpTools:
     """Stateless: every method is made on demand for the registry name it is asked for."""
 
     def __getattr__(self, attr: str) -> Callable[..., Any]:
+        """`<name>`, `check_<name>` or `summary_<name>` for a registry name; AttributeError otherwise."""
         if attr.startswith("_"):
             raise AttributeError(attr)
         for prefix in _PREFIXES:

@@ -23,6 +23,7 @@ def money(value: Any) -> Decimal:
 
 
 def employee(conn: Connection, employee_id: str | None) -> dict[str, Any] | None:
+    """The employee's id, name, team and approval limit, or None for no id or an unknown one."""
     if not employee_id:
         return None
     return fetch_one(conn, "SELECT employee_id, full_name, team_id, approval_limit_usd FROM employees "

@@ -27,7 +27,7 @@ from tramita.base.paths import POLICIES_DIR
 
 
 def _decimal_multiple_of(validator: Any, step: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
-    """multipleOf in decimal arithmetic: 476.07 is a multiple of 0.01 (in binary floats it is not)."""
+    """JSON Schema's multipleOf in decimal arithmetic: 476.07 is a multiple of 0.01 (in binary floats it is not)."""
     if not validator.is_type(instance, "number"):
         return
     quotient = Decimal(str(instance)) / Decimal(str(step))
@@ -53,7 +53,7 @@ def tool_params(tool_name: str) -> dict[str, Any]:
 
 
 def _human_pattern(pattern: str) -> str:
-    """^TCK-\\d{4}$ -> TCK-nnnn, ^2026-Q[1-4]$ -> 2026-Qn: what a person can read."""
+    r"""^TCK-\d{4}$ -> TCK-nnnn, ^2026-Q[1-4]$ -> 2026-Qn: what a person can read."""
     shown = pattern.strip("^$")
     shown = re.sub(r"\\d\{(\d+)\}", lambda m: "n" * int(m[1]), shown)
     shown = re.sub(r"\[[^\]]*\]", "n", shown)
@@ -120,7 +120,8 @@ def _missing(value: Any) -> bool:
 
 def check_args(tool_name: str, args: Mapping[str, Any], conn: Connection, *, complete: bool) -> dict[str, ToolError]:
     """Schema + reference errors of the filled `args`, keyed by parameter, in the schema's order.
-    With `complete`, a missing required parameter is an error too (right before execution)."""
+    With `complete`, a missing required parameter is an error too (right before execution).
+    """
     schema = tool_params(tool_name)
     required = set(schema.get("required", []))
     errors: dict[str, ToolError] = {}
@@ -138,8 +139,9 @@ def check_args(tool_name: str, args: Mapping[str, Any], conn: Connection, *, com
 
 def prepare_value(name: str, schema: Mapping[str, Any], value: Any, ctx: ToolContext, *,
                   strict: bool) -> tuple[Any, ToolError | None]:
-    """coerce -> resolve (`x-resolve`) -> validate: the canonical value and its error, if any.
-    The one call a collector needs per extracted value."""
+    """Coerce -> resolve (`x-resolve`) -> validate: the canonical value and its error, if any.
+    The one call a collector needs per extracted value.
+    """
     canonical = coerce_value(name, dict(schema), value, ctx, strict=strict)
     kind = schema.get("x-resolve")
     pattern = schema.get("pattern")

@@ -41,10 +41,12 @@ class TicketTools:
     # --------------------------------------------------------------------------------- create
 
     def check_create(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter from the schema and the referenced rows only; creating has no other precondition."""
         with ctx.engine.connect() as conn:
             return check_args("create_ticket", args, conn, complete=False)
 
     def summary_create(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): priority, service, title and the description if any."""
         with ctx.engine.connect() as conn:
             service = _service_label(conn, args.get("service_id"))
         description = args.get("description")
@@ -53,6 +55,7 @@ class TicketTools:
                    description_part=part("description", description=description) if description else NO_PART)
 
     def create(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Insert the ticket as open and unassigned, requested by the user, in one audited transaction."""
         def write(conn: Connection) -> ToolResult:
             ticket_id = next_id(conn, "tickets", "ticket_id", "TCK", 4)
             now = ctx.now.strftime(TIMESTAMP_FORMAT)
@@ -74,10 +77,12 @@ class TicketTools:
     # --------------------------------------------------------------------------------- status
 
     def check_status(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter from the schema and the referenced rows; any user may look a ticket up."""
         with ctx.engine.connect() as conn:
             return check_args("get_ticket_status", args, conn, complete=False)
 
     def summary_status(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """What is about to be looked up (pt, en)."""
         return say("get_ticket_status", "summary", ticket_id=args.get("ticket_id") or "?")
 
     def status(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str = "") -> ToolResult:
@@ -113,10 +118,12 @@ class TicketTools:
         return errors
 
     def check_reassign(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, ToolError]:
+        """Errors per parameter: the ticket must be active and the new assignee someone else."""
         with ctx.engine.connect() as conn:
             return self._check_reassign(args, conn, False)
 
     def summary_reassign(self, args: dict[str, Any], ctx: ToolContext) -> tuple[str, str]:
+        """The confirmation summary (pt, en): the ticket and its current and new assignee."""
         with ctx.engine.connect() as conn:
             row = _ticket(conn, args.get("ticket_id")) or {}
             return say("reassign_ticket", "summary", ticket_id=args.get("ticket_id") or "?",
@@ -125,6 +132,7 @@ class TicketTools:
                        new_assignee=person(conn, args.get("assignee_id")))
 
     def reassign(self, args: dict[str, Any], ctx: ToolContext, idempotency_key: str) -> ToolResult:
+        """Change the assignee in one audited transaction; the result keeps the previous one."""
         def write(conn: Connection) -> ToolResult:
             before = _ticket(conn, args["ticket_id"])
             assert before is not None

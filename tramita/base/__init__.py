@@ -1,1 +1,1 @@
-"""base"""
+"""The bottom level: paths, settings, text normalisation, log masking, crash points, prompts."""

@@ -36,6 +36,7 @@ class MaskingFilter(logging.Filter):
     """Rewrites a record's message (arguments merged in) and exception text with `mask`."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the record in place, once per record (it is marked), and keep it: this filter never drops a record."""
         if getattr(record, "_tramita_masked", False):
             return True
         try:

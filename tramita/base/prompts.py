@@ -1,5 +1,6 @@
 """Prompt templates live in `prompts/*.txt`; this renders them with `string.Template` ($name),
-which leaves the JSON braces in the prompts alone."""
+which leaves the JSON braces in the prompts alone.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def render(name: str, **values: object) -> str:
 
 def split(name: str, **values: object) -> tuple[str, str]:
     """(static system prefix, dynamic part): the text before the `---` line never changes between
-    calls, so llama.cpp can reuse its KV cache for it."""
+    calls, so llama.cpp can reuse its KV cache for it.
+    """
     full = render(name, **values)
     head, sep, tail = full.partition("\n---\n")
     return (head, tail) if sep else ("", full)

@@ -60,7 +60,8 @@ class Settings:
 
     def graph_patterns_file(self) -> Path:
         """The named graph patterns (tools.graph_patterns): `graph_patterns`, else the dataset's own
-        `graph_patterns.yaml`, because the traversals a company asks about belong with its data."""
+        `graph_patterns.yaml`, because the traversals a company asks about belong with its data.
+        """
         return self.graph_patterns or self.dataset_dir / "graph_patterns.yaml"
 
     def with_profile(self, profile: str | None) -> Settings:

@@ -49,6 +49,32 @@ class LanguageSignals(BaseModel):
     function_words: dict[str, list[str]]
     question_openers: list[str]
     leading_fillers: list[str]
+    orthography: dict[str, list[str]] = {}
+
+
+@lru_cache(maxsize=1)
+def _orthography() -> dict[str, list[re.Pattern[str]]]:
+    f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
+    return {lang: [re.compile(p) for p in pats] for lang, pats in f.orthography.items()}
+
+
+def _spelling_votes(text: str) -> dict[str, int]:
+    """Per language, the words whose spelling only that language uses ("password", "length" are
+    English by their letters; "orçamento" is Portuguese by its accent, decided earlier). Ids,
+    words of one or two letters and capitalised words after the first (names) do not vote, and
+    fewer than two voting words decide nothing: "EXP-0264" or "ok" must not switch the language.
+    """
+    tokens = [t for t in text.split() if not re.search(r"\d", t)]
+    words = [w for w in re.findall(r"[^\W\d_]+", " ".join(tokens)) if len(w) >= 3]
+    words = [w for i, w in enumerate(words) if not (i and w[:1].isupper())]
+    votes = {lang: 0 for lang in _orthography()}
+    if len(words) < 2:
+        return votes
+    for word in map(fold, words):
+        for lang, patterns in _orthography().items():
+            if any(p.search(word) for p in patterns):
+                votes[lang] += 1
+    return votes
 
 
 @lru_cache(maxsize=1)
@@ -60,13 +86,20 @@ def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[s
 
 
 def detect_language(text: str, default: str = "pt") -> str:
-    """'pt' or 'en' by function-word votes; accents are a strong Portuguese signal."""
-    if re.search(r"[ãõçáéíóúâêô]", text.lower()):
+    """'pt' or 'en' by function-word votes; accents are a strong Portuguese signal. A tie (a short
+    question with no function word, "Minimum password length?") is broken by spelling
+    (`orthography` in policies/language.yaml), and only then falls back to `default`."""
+    words_only = text.split()
+    unnamed = " ".join(w for i, w in enumerate(words_only) if not (i and w[:1].isupper()))  # names do not vote
+    if re.search(r"[ãõçáéíóúâêô]", unnamed.lower()):
         return "pt"
     ws = words(text)
     votes = _signals()[0]
     pt = sum(w in votes.get("pt", frozenset()) for w in ws)
     en = sum(w in votes.get("en", frozenset()) for w in ws)
+    if pt == en:
+        spelled = _spelling_votes(text)
+        pt, en = spelled.get("pt", 0), spelled.get("en", 0)
     if pt == en:
         return default
     return "pt" if pt > en else "en"

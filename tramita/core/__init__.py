@@ -1,1 +1,1 @@
-"""core"""
+"""Dialogue logic the nodes call (intent, extraction, precedence, transactions, replies); no LangGraph."""

@@ -19,33 +19,49 @@ a question without a new value is "other"; a contrast ("mas", "but") rules "conf
 negation sends a would-be "confirm" to the LLM. The guards use generic function words (data, in the
 YAML) and value shapes, never phrases fitted to a benchmark.
 
-The module is pure: the embedding function is injected, prototype vectors are cached per instance,
-nothing is read from the environment.
+Beyond the pending confirmation, the same prototypes answer two questions a parameter turn asks
+(`cancel`, `assent`): is this message a cancel (a lexicon cancel clause, or a near-paraphrase of a
+"reject" prototype: free-text answers such as "não tem recibo" resemble refusals, so only a very close
+match counts), and is it a bare assent ("sim, pode continuar") that carries no value?
+
+The classifier is pure: the embedding function is injected and prototype vectors are cached per
+instance. `shared_classifier()` is the one per-process instance the nodes use, built on the
+project's e5 on first use (a plain "sim" never loads the model) and cached by the prototypes
+file's content hash, so an edited file is picked up and nothing is read from the environment.
+`llm_decision` is the constrained LLM fallback for an "unsure" reply, shared by the
+await_confirmation node and the benchmark so both ask the model the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from tools.llm import Usage, structured_call
 from tools.registry_models import load_model
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.text import fold as _fold
-from tramita.core.lexicon import classify, lexicons
+from tramita.core.lexicon import CancelClause, cancel_clause, classify, clauses, lexicons
 
 Label = Literal["confirm", "reject", "correct", "other"]
 Stage = Literal["lexicon", "guard", "prototype", "unsure"]
+LLMLabel = Literal["confirm", "reject", "other"]
 Embed = Callable[[list[str]], np.ndarray]
 """A batch of texts -> an (n, d) array of L2-normalised vectors (e5: with the "query: " prompt)."""
 
 LABELS: tuple[Label, ...] = ("confirm", "reject", "correct", "other")
+LLM_LABELS: tuple[LLMLabel, ...] = ("confirm", "reject", "other")
 PROTOTYPES_FILE = POLICIES_DIR / "confirmation_prototypes.yaml"
+SHORT_REPLY_WORDS = 6  # a bare assent or a cancel paraphrase is short; longer messages carry content
+LLM_REPLY_WORDS = 12  # an unsure reply longer than this is not a yes/no: no LLM call, intent_shift decides
 
 # A value-shaped token: anything containing a digit (EXP-0312, P2, SEV1, E014, 2026-Q3, 45,90, 15k).
 _VALUE_TOKEN = re.compile(r"[\w/.,-]*\d[\w/.,-]*")
@@ -73,10 +89,13 @@ class PerLanguage(BaseModel):
         return [s.strip() for s in v]
 
     def all(self) -> list[str]:
+        """Both languages' entries: classification never depends on the detected language."""
         return [*self.pt, *self.en]
 
 
 class PrototypeSets(BaseModel):
+    """One prototype list per class; every class must exist so no label is silently unreachable."""
+
     model_config = ConfigDict(extra="forbid")
     confirm: PerLanguage
     reject: PerLanguage
@@ -84,6 +103,7 @@ class PrototypeSets(BaseModel):
     other: PerLanguage
 
     def of(self, label: Label) -> PerLanguage:
+        """The prototypes of one class."""
         sets: dict[Label, PerLanguage] = {"confirm": self.confirm, "reject": self.reject,
                                           "correct": self.correct, "other": self.other}
         return sets[label]
@@ -111,6 +131,8 @@ class ConfirmationPrototypes(BaseModel):
     margin: float = Field(ge=0.0, le=1.0, description="best minus runner-up class score needed to decide")
     confirm_margin: float = Field(ge=0.0, le=1.0, description="the same, for a prototype 'confirm' (costlier error)")
     top_k: int = Field(ge=1, le=20, description="prototypes averaged per class")
+    cancel_similarity: float = Field(ge=0.0, le=1.0, description="reject-class score a message (or leading "
+                                     "clause) needs to count as a cancel outside a confirmation")
     prototypes: PrototypeSets
     cues: Cues
 
@@ -287,6 +309,7 @@ class ConfirmationClassifier:
 
     def __init__(self, prototypes: ConfirmationPrototypes, embed: Embed, *, margin: float | None = None,
                  confirm_margin: float | None = None, top_k: int | None = None) -> None:
+        """Margins and top_k default to the file's; the benchmark overrides them to sweep."""
         self.config = prototypes
         self.embed = embed
         self.margin = prototypes.margin if margin is None else margin
@@ -299,6 +322,7 @@ class ConfirmationClassifier:
 
     @classmethod
     def from_file(cls, embed: Embed, path: Path = PROTOTYPES_FILE, **kwargs: Any) -> ConfirmationClassifier:
+        """A classifier on the validated prototypes file (see `load_prototypes`)."""
         return cls(load_prototypes(path), embed, **kwargs)
 
     # ------------------------------------------------------------------ public API
@@ -331,9 +355,14 @@ class ConfirmationClassifier:
                 to_embed.append(i)
         if to_embed:
             queries = [self._embedding_text(texts[i], pend[i]) for i in to_embed]
-            scores = self._scores(queries)
-            for row, i in enumerate(to_embed):
-                results[i] = self._decide({lab: float(scores[lab][row]) for lab in LABELS}, facts[i])
+            try:
+                scores = self._scores(queries)
+            except Exception as exc:  # noqa: BLE001 - no embedding model: the guards still hold, the LLM decides
+                for i in to_embed:
+                    results[i] = self._without_prototypes(facts[i], f"prototypes unavailable: {exc}"[:200])
+            else:
+                for row, i in enumerate(to_embed):
+                    results[i] = self._decide({lab: float(scores[lab][row]) for lab in LABELS}, facts[i])
         return [r for r in results if r is not None]
 
     # ------------------------------------------------------------------ stages
@@ -402,9 +431,23 @@ class ConfirmationClassifier:
         if reply is None:
             variant = _typo_variant(text, self._lexicon_vocab())
             reply = _lexicon_reply(variant) if variant else None
+        if reply is None and cancel_clause(text).cancel:  # "pensando bem, deixa quieto"
+            reply = "cancel"
         if reply is None:
             return None
         return self._final("confirm" if reply == "confirm" else "reject", f, 1.0, 1.0, "lexicon", {})
+
+    def _without_prototypes(self, f: _Facts, why: str) -> ConfirmationResult:
+        """The guards alone (the embedding model failed): their verdicts, else "unsure"."""
+        allowed = _allowed(f)
+        if f.doubt:
+            return ConfirmationResult("other", 0.0, 0.0, "guard", allowed=allowed, reason=f.doubt)
+        if f.new_values:
+            label: Label = "other" if f.additive else "correct"
+            return ConfirmationResult(label, 0.0, 0.0, "guard", allowed=allowed, reason=f"new value {f.new_values[0]}")
+        if f.question:
+            return ConfirmationResult("other", 0.0, 0.0, "guard", allowed=allowed, reason="question")
+        return ConfirmationResult("unsure", 0.0, 0.0, "unsure", allowed=allowed, reason=why)
 
     def _decide(self, scores: dict[str, float], f: _Facts) -> ConfirmationResult:
         """The best class among those the guards allow, and its lead over the next allowed one."""
@@ -441,6 +484,53 @@ class ConfirmationClassifier:
         if margin < (self.confirm_margin if strict else self.margin):
             return result("unsure", "unsure", reason)
         return result(proposal, stage, reason)
+
+    # ------------------------------------------------------------------ outside a confirmation
+
+    def assent(self, text: str, pending: Iterable[object] = (), choices: Iterable[str] = ()) -> bool:
+        """A bare assent ("sim, pode continuar", "ok", "yes, go on"): a short reply, no value, no
+        question, doubt, contrast or negation, that the lexicon or the prototypes call "confirm".
+
+        Used while parameters are collected, where an assent answers nothing: it must not become a
+        free-text value nor a request for another tool. A wrong "assent" there only costs a
+        re-asked question, so the prototype needs the ordinary `margin`, not `confirm_margin`.
+        """
+        pending = list(pending)
+        f = self._facts(text, pending, [c for c in choices if c.strip()])
+        if f.no_confirm or f.negation or not _fold(text) or len(_fold(text).split()) > SHORT_REPLY_WORDS:
+            return False
+        early = self._early(text, f)
+        if early is not None:
+            return early.label == "confirm"
+        scores = self._scores([self._embedding_text(text, pending)])
+        ranked = sorted(LABELS, key=lambda lab: float(scores[lab][0]), reverse=True)
+        return ranked[0] == "confirm" and float(scores["confirm"][0] - scores[ranked[1]][0]) >= self.margin
+
+    def cancel(self, text: str) -> CancelClause:
+        """Whether the message cancels, and the text after the cancel (a new request, or "").
+
+        First the lexicon's leading cancel clause ("cancela isso, quero …"); then each short leading
+        clause without a value or a question is compared with the "reject" prototypes, and counts only
+        as a near-paraphrase: the best class, by `margin`, with a score of at least
+        `cancel_similarity` ("mudei de ideia", "I changed my mind, …").
+        """
+        lexical = cancel_clause(text)
+        if lexical.cancel:
+            return lexical
+        candidates: list[tuple[str, int]] = []
+        for clause, end in clauses(text)[:3]:
+            if "?" in clause or _VALUE_TOKEN.search(clause) or len(_fold(clause).split()) > SHORT_REPLY_WORDS:
+                break
+            candidates.append((clause, end))
+        if not candidates:
+            return CancelClause(False)
+        scores = self._scores([self._embedding_text(c, ()) for c, _ in candidates])
+        for row, (_, end) in enumerate(candidates):
+            ranked = sorted(LABELS, key=lambda lab: float(scores[lab][row]), reverse=True)
+            best, second = float(scores[ranked[0]][row]), float(scores[ranked[1]][row])
+            if ranked[0] == "reject" and best >= self.config.cancel_similarity and best - second >= self.margin:
+                return CancelClause(True, text[end:].strip(" \t\n,;:.!?…-–—"))
+        return CancelClause(False)
 
     # ------------------------------------------------------------------ embeddings
 
@@ -494,3 +584,91 @@ def e5_query_embedder(embeddings: Any) -> Embed:
         return np.asarray([embeddings.embed_query(t) for t in texts], dtype=np.float32)
 
     return embed
+
+
+# --------------------------------------------------------------------------- the shared instance
+
+_shared: dict[tuple[str, str], ConfirmationClassifier] = {}
+_shared_lock = threading.Lock()
+
+
+def _lazy_e5() -> Embed:
+    """The project's e5, loaded on the first embedding: lexicon and guard verdicts never load it."""
+    loaded: list[Embed] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if not loaded:
+            from tools.embeddings import make_embeddings
+
+            loaded.append(e5_query_embedder(make_embeddings()))
+        return loaded[0](texts)
+
+    return embed
+
+
+def shared_classifier(path: Path = PROTOTYPES_FILE) -> ConfirmationClassifier:
+    """One classifier per process and prototypes content (sha256 of the file): the prototype
+    vectors are embedded once, and an edited file gets a fresh instance.
+    """
+    key = (str(path), hashlib.sha256(path.read_bytes()).hexdigest())
+    with _shared_lock:
+        clf = _shared.get(key)
+        if clf is None:
+            clf = ConfirmationClassifier.from_file(_lazy_e5(), path)
+            _shared[key] = clf
+        return clf
+
+
+def cancel_split(text: str) -> CancelClause:
+    """`ConfirmationClassifier.cancel` on the shared instance; the lexicon alone if the model fails."""
+    lexical = cancel_clause(text)
+    if lexical.cancel:
+        return lexical
+    try:
+        return shared_classifier().cancel(text)
+    except Exception:  # noqa: BLE001 - no embedding model: the lexicon's verdict stands
+        return lexical
+
+
+def mentions_cancel(text: str) -> bool:
+    """The message cancels (a leading cancel clause or a close paraphrase of one); see `cancel_split`."""
+    return cancel_split(text).cancel
+
+
+def is_assent(text: str, pending: Iterable[object] = (), choices: Iterable[str] = ()) -> bool:
+    """`ConfirmationClassifier.assent` on the shared instance; the lexicon alone if the model fails."""
+    try:
+        return shared_classifier().assent(text, pending, choices)
+    except Exception:  # noqa: BLE001
+        return classify(text) == "confirm"
+
+
+# --------------------------------------------------------------------------- the LLM fallback
+
+_decision_models: dict[tuple[str, ...], type[BaseModel]] = {}
+
+
+def decision_model(allowed: Iterable[str]) -> type[BaseModel]:
+    """`{"decision": …}` restricted to the LLM labels in `allowed`: the schema constrains sampling,
+    so a reply the guards ruled out as a confirmation cannot even be generated as one.
+    """
+    labels = tuple(lab for lab in LLM_LABELS if lab in set(allowed) or lab == "other")
+    model = _decision_models.get(labels)
+    if model is None:
+        choice: Any = Literal[labels]  # type: ignore[valid-type]
+        model = create_model("Decision", decision=(choice, ...))
+        _decision_models[labels] = model
+    return model
+
+
+def llm_decision(text: str, summary: str, allowed: Iterable[str], *, backend: str | None,
+                 usage: Usage | None = None) -> LLMLabel:
+    """Ask the LLM (prompts/confirmation.txt, the pending summary shown) for confirm / reject / other.
+
+    Only labels in `allowed` can come back; raises `tools.llm.LLMError` when the model fails twice.
+    """
+    allowed = tuple(allowed)
+    out = structured_call("confirmation", decision_model(allowed), "confirmation", backend=backend, usage=usage,
+                          summary=summary or "-", message=text)
+    label = str(getattr(out, "decision", "other"))
+    return label if label in allowed and label in LLM_LABELS else "other"  # type: ignore[return-value]

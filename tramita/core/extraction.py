@@ -3,10 +3,15 @@
 Typed parameters are found without a model: a JSON-schema `pattern` becomes a search pattern
 (EXP-0264, INC-2078, 2026-Q4), an `enum` value or a synonym is spotted as a word (SEV2, P3,
 transport), and `x-resolve` references are looked up in a gazetteer built from the database
-(employee names, team names, service ids). Only what is still pending after that — typically free
-text such as a reason or a title — is handed to the LLM, which sees the pending parameters alone.
-A value the LLM returns for a typed parameter must be grounded in the message (the text appears
-in it), so the model cannot invent an id.
+(employee names, team names, service ids). The clause that names the action is read first
+(`spans.head_clause`): values in a long description after ":" or "porque" ("… o lojista abriu
+reclamação, o app trava") neither make a parameter ambiguous nor replace the head's values.
+
+Free text follows the span rule (`tramita.core.spans`): where a clear marker exists (":" after the
+action, " - ", "porque"/"because", "motivo:"/"title:") the span after it is taken without a model
+(`marked_values`); otherwise the LLM may only point at a span, and `grounded` keeps its copy only when
+it is one (storing the message's own words). A value the LLM returns for a typed parameter must be
+grounded in the message too (the text appears in it), so the model cannot invent an id.
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from sqlalchemy import Engine
 from tools.references import load_references, reference_candidates
 from tools.registry_models import ToolSpec
 from tramita.base.text import fold
+from tramita.core import spans
 
 _gazetteers: dict[int, dict[str, list[tuple[str, str]]]] = {}
 _glock = threading.Lock()
 
 
 def kind_of(schema: dict[str, Any]) -> str:
-    """id | enum | ref | number | date | quarter | text: how a parameter can be found."""
+    """Id | enum | ref | number | date | quarter | text: how a parameter can be found."""
     if schema.get("x-resolve"):
         return "ref"
     if schema.get("enum"):
@@ -90,14 +96,45 @@ _NEGATIVE = re.compile(r"\b(reduz\w*|diminu\w*|cort\w*|reduce\w*|decrease\w*|cut
 
 @dataclass
 class Found:
+    """Typed values found in a message, the text each was read from, and ambiguous parameters."""
+
     values: dict[str, Any] = field(default_factory=dict)
     ambiguous: list[str] = field(default_factory=list)
+    surfaces: dict[str, str] = field(default_factory=dict)  # parameter -> the words of the message it came from
 
 
 def deterministic(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[str, dict[str, str]] | None = None) -> Found:
     """Typed values present in the message, for ALL of the tool's parameters (so corrections of
     already-filled values are seen too). A parameter with two different candidates is ambiguous
-    and left out."""
+    and left out.
+
+    The head clause (before ":", " - ", "porque", "motivo:") is read first; the rest of the message
+    only supplies parameters the head does not carry, so a long description neither makes a value
+    ambiguous ("… jantar … no app" next to "refeição") nor replaces one.
+    """
+    head = spans.head_clause(message)
+    if head == message:
+        return _scan(spec, message, engine, synonyms)
+    first = _scan(spec, head, engine, synonyms)
+    tail = message[message.find(head) + len(head):]
+    rest = _scan(spec, tail, engine, synonyms)
+    # values inside the free text itself ("reunião com 3 clientes") are words of it, not answers;
+    # those in the value clauses before it ("…: transport, 23.40 USD, 2026-05-12, taxi …") are
+    start, end = spans.trim_offsets(tail, [*first.surfaces.values(), *rest.surfaces.values()])
+    for name, value in rest.values.items():
+        if name in first.values or name in first.ambiguous:
+            continue
+        where = spans.locate(rest.surfaces.get(name, str(value)), tail)
+        if where is not None and start <= where[0] < end:
+            continue
+        first.values[name] = value
+        first.surfaces[name] = rest.surfaces.get(name, str(value))
+    first.ambiguous += [n for n in rest.ambiguous if n not in first.values and n not in first.ambiguous]
+    return first
+
+
+def _scan(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[str, dict[str, str]] | None = None) -> Found:
+    """`deterministic` on one piece of text."""
     found = Found()
     consumed = message
     gaz = gazetteer(engine)
@@ -106,22 +143,28 @@ def deterministic(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[s
     for name, schema in spec.properties.items():
         kind = kind_of(schema)
         hits: list[Any] = []
+        seen: dict[Any, str] = {}  # hit -> the words it was read from
         if kind in ("id", "ref") and schema.get("pattern"):
             pat = _search_pattern(str(schema["pattern"]))
             if pat:
-                hits += [m.group(0).upper() for m in pat.finditer(message)]
+                for m in pat.finditer(message):
+                    hits.append(m.group(0).upper())
+                    seen.setdefault(m.group(0).upper(), m.group(0))
         if kind == "ref":
             for surface, canonical in gaz.get(str(schema["x-resolve"]), []):
                 if len(surface) >= 2 and f" {surface} " in folded:
                     hits.append(canonical)
+                    seen.setdefault(canonical, surface)
                     folded = folded.replace(f" {surface} ", " ")
         elif kind == "enum":
             for option in schema["enum"]:
                 if re.search(rf"(?<![\w-]){re.escape(str(option))}(?![\w-])", message, re.IGNORECASE):
                     hits.append(option)
+                    seen.setdefault(option, str(option))
             for word, option in synonyms.get(name, {}).items():
                 if f" {fold(word)} " in folded and option in schema["enum"]:
                     hits.append(option)
+                    seen.setdefault(option, word)
         elif kind == "quarter":
             hits += [m.group(0) for m in _QUARTER.finditer(message)]
         elif kind == "date":
@@ -129,6 +172,7 @@ def deterministic(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[s
         distinct = list(dict.fromkeys(hits))
         if len(distinct) == 1:
             found.values[name] = distinct[0]
+            found.surfaces[name] = seen.get(distinct[0], str(distinct[0]))
             consumed = re.sub(re.escape(str(distinct[0])), " ", consumed, flags=re.IGNORECASE)
         elif len(distinct) > 1:
             found.ambiguous.append(name)
@@ -146,6 +190,7 @@ def deterministic(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[s
             if minimum is not None and float(minimum) < 0 and _NEGATIVE.search(message) and not value.startswith("-"):
                 value = "-" + value
             found.values[numeric[0]] = value
+            found.surfaces[numeric[0]] = nums[0]
         elif len(nums) > 1:
             found.ambiguous.append(numeric[0])
     return found
@@ -172,7 +217,8 @@ class _PendingBase(BaseModel):
     @classmethod
     def _some_expected_key(cls, data: Any) -> Any:
         """Extra keys are tolerated (small models add some), but a reply with none of the expected
-        keys answered another schema: invalid, so structured_call retries with the error."""
+        keys answered another schema: invalid, so structured_call retries with the error.
+        """
         if isinstance(data, dict) and data and not set(data) & set(cls.model_fields):
             raise ValueError(f"expected keys {sorted(cls.model_fields)}, got {sorted(data)}")
         return data
@@ -186,11 +232,15 @@ def extraction_schema(names: list[str]) -> type[BaseModel]:
 
 
 def grounded(value: Any, schema: dict[str, Any], message: str) -> bool:
-    """A typed value from the LLM must appear in the message (ids, names, numbers)."""
+    """A value from the LLM must come from the message: typed values appear in it (ids, names,
+    numbers, enum values the user wrote), free text passes the span rule (`spans.verify`).
+    """
     if value is None:
         return False
     kind = kind_of(schema)
-    if kind in ("text", "date", "quarter"):
+    if kind == "text":
+        return spans.verify(value, message).ok
+    if kind in ("date", "quarter"):
         return True
     if kind == "enum":
         # synonyms ("Uber" → transport) are found deterministically; from the LLM only an enum value
@@ -200,6 +250,109 @@ def grounded(value: Any, schema: dict[str, Any], message: str) -> bool:
         digits = re.sub(r"\D", "", str(value).split(".")[0])
         return bool(digits) and digits in re.sub(r"\D", "", message)
     return fold(str(value)) in fold(message)
+
+
+def free_text(spec: ToolSpec) -> list[str]:
+    """The tool's free-text parameters (a reason, a title, a description), in schema order."""
+    return [n for n, s in spec.properties.items() if kind_of(s) == "text"]
+
+
+def marked_values(spec: ToolSpec, message: str, missing: list[str], others: list[Any]) -> dict[str, str]:
+    """Free text taken without a model from a clear marker (`spans.marked`): the span after ":",
+    " - ", "porque"/"because" or a label ("motivo:", "title:"), trimmed and checked by the span rule.
+
+    It fills the parameter a label names when the tool has it, else the first missing required
+    free-text parameter (else the first missing optional one: an approval's comment). A span longer
+    than the parameter allows is cut at a clause boundary, and the whole span also goes to a missing
+    optional free-text parameter that holds it (a ticket's description). `others` are the values
+    of the other parameters (a span made of them fills nothing).
+    """
+    m = spans.marked(message)
+    texts = [n for n in free_text(spec) if n in missing]
+    if m is None or not texts:
+        return {}
+    named = [p for p in m.params if p in spec.properties and kind_of(spec.properties[p]) == "text"]
+    if named and not any(p in texts for p in named):
+        return {}  # "motivo: …" for a reason already given is a correction, not another field
+    target = next((p for p in named if p in texts), None)
+    if target is None:
+        required = [n for n in texts if n in spec.required]
+        target = (required or texts)[0]
+    value = spans.trim(m.tail, others)
+    if not value or not spans.has_content(value, others):
+        return {}
+    limit = spec.properties[target].get("maxLength")
+    fitted = spans.fit(value, int(limit), others) if limit else value
+    if not fitted:
+        return {}
+    out = {target: fitted}
+    if fitted != value:
+        for other in texts:
+            if other != target and other not in spec.required:
+                other_limit = spec.properties[other].get("maxLength")
+                whole = spans.fit(value, int(other_limit), others) if other_limit else value
+                if whole:
+                    out[other] = whole
+                    break
+    return out
+
+
+_KEBAB = re.compile(r"(?<![\w-])[a-z][a-z0-9]*(?:-[a-z0-9]{2,})+(?![\w-])")
+_PERSON = re.compile(r"(?<![\w-])[A-ZÀ-Ý][a-zà-ÿ]+(?:\s+(?:d[aeo]s?\s+)?[A-ZÀ-Ý][a-zà-ÿ]+)+(?![\w-])")
+# Words right before an id-like name of a catalog row ("no sistema-de-ponto", "for the design-system")
+_CATALOG_CUES = {"no", "na", "do", "da", "pro", "pra", "para", "em", "ao", "for", "on", "in", "about", "the", "of"}
+_shapes: dict[tuple[int, str], tuple[bool, bool]] = {}
+
+
+def _kind_shape(kind: str, engine: Engine) -> tuple[bool, bool]:
+    """(ids look like kebab-case names, labels look like people's full names) for a reference kind."""
+    key = (id(engine), kind)
+    with _glock:
+        if key in _shapes:
+            return _shapes[key]
+    try:
+        cands = reference_candidates(kind, engine)
+    except Exception:  # noqa: BLE001 - no dataset tables: no shape, nothing reported
+        cands = []
+    kebab = bool(cands) and sum(bool(_KEBAB.fullmatch(c.id)) for c in cands) >= 0.8 * len(cands)
+    person = bool(cands) and sum(len(c.label.split()) >= 2 and c.label[:1].isupper() for c in cands) >= 0.8 * len(cands)
+    with _glock:
+        _shapes[key] = (kebab, person)
+    return kebab, person
+
+
+def unknown_references(spec: ToolSpec, message: str, missing: list[str], engine: Engine,
+                       found: Found | None = None) -> dict[str, str]:
+    """Names in the head clause that look like a missing reference but match no row: a kebab-case
+    name after a cue ("no sistema-de-ponto") for a kind whose ids are kebab-case (services), two or
+    more capitalised words ("pro Carlos Eduardo") for a kind of people's names (employees).
+
+    They are returned as raw values so that validation answers NOT_FOUND naming them, instead of a
+    silent re-ask for a value the user believes they gave.
+    """
+    head = spans.head_clause(message)
+    gaz = gazetteer(engine)
+    taken = {fold(v) for v in (found.surfaces.values() if found else [])}
+    out: dict[str, str] = {}
+    for name in missing:
+        schema = spec.properties.get(name, {})
+        kind = schema.get("x-resolve")
+        if not kind:
+            continue
+        known = {surface for surface, _ in gaz.get(str(kind), [])}
+        kebab, person = _kind_shape(str(kind), engine)
+        if kebab:
+            for m in _KEBAB.finditer(head):
+                before = head[:m.start()].split()
+                if before and fold(before[-1]) in _CATALOG_CUES and fold(m.group(0)) not in known | taken:
+                    out[name] = m.group(0)
+                    break
+        if person and name not in out:
+            for m in _PERSON.finditer(head):
+                if m.start() > 0 and fold(m.group(0)) not in known | taken:
+                    out[name] = m.group(0)
+                    break
+    return out
 
 
 def correction_allowed(schema: dict[str, Any], message: str, has_cue: bool) -> bool:

@@ -1,39 +1,92 @@
-"""Lexical planner hints from `policies/planner.yaml` (see the file's header for why)."""
+"""Which retrieval backends a question needs, decided from the backends' own vocabularies.
+
+Why: an LLM call per question is the most expensive step on two cores, and a hand-kept word list
+per backend ends up restating the evaluation items. So each backend declares what it holds in its
+own data (`RetrievalBackend.vocabulary`: the semantic model, the graph patterns, the document
+titles and headings, the API operations) plus its planner line, and the question is matched
+against those texts with e5 — the registry's margin rule (`tools.registry_index`), applied to
+backends:
+
+- score(backend) = mean cosine of the question with its `top_k` closest vocabulary texts, both
+  sides with the entities the references know masked by kind ("payments-api" → "service",
+  "INC-2047" → "id": a name shared with an example says nothing about what is asked), plus a small
+  bonus per question word that only that backend's vocabulary uses;
+- the top backend beats the runner-up by `margin` → chosen, no LLM call; a question that asks two
+  things ("… ? E quanto …") is also matched part by part, each clear part adding its winner;
+- a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
+  and the words the document titles share) reaches the documents;
+- nothing clear → `Route.decision` is "close" (the LLM chooses among the backends within the
+  margin) or "none" (below the floor: the LLM chooses among all).
+
+The vectors are cached per vocabulary revision (a hash of the masked texts and the model), in
+memory and under the models directory, so a data change re-embeds only then.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from tools.backends import BACKENDS
 from tools.registry_models import load_model
+from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.text import fold
 
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
-class HintFile(BaseModel):
-    """`policies/planner.yaml`: per-backend planner lines and lexical hints."""
+    from tools.registry_index import ToolIndex
+    from tools.services import Services
+
+log = get_logger("tramita.planner")
+
+Decision = Literal["clear", "close", "none"]
+_ID = re.compile(r"\b[A-Za-z]{1,4}-?\d{2,6}\b|\b\d{4}-[WQ]\d{1,2}\b")
+# where a question that asks two things splits ("… agora? E o que diz o runbook …")
+_PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?:qual|quais|quem|quando|como|"
+                    r"quantos|quantas|quanto|o que|onde|what|which|who|when|how|where|is|are|does|did)\b)",
+                    re.IGNORECASE)
+_STOP = frozenset("""a o os as um uma de do da dos das em no na nos nas e ou para pra pro por com sem que se ao aos
+    the an of to in on at for by with and or is are was were be it its this that these those from as""".split())
+
+
+class Matching(BaseModel):
+    """`matching:` of policies/planner.yaml (see the file for what each knob does)."""
+
+    model_config = ConfigDict(extra="forbid")
+    top_k: int = Field(3, ge=1, le=20)
+    lexical_weight: float = Field(0.02, ge=0.0, le=0.2)
+    margin: float = Field(0.03, ge=0.0, le=0.5)
+    floor: float = Field(0.80, ge=0.0, le=1.0)
+
+
+class PlannerFile(BaseModel):
+    """`policies/planner.yaml`: planner lines, the margin rule, document kinds."""
 
     model_config = ConfigDict(extra="forbid")
     descriptions: dict[str, str] = {}
-    hints: dict[str, list[str]]
+    matching: Matching = Matching()
+    document_kinds: list[str] = []
 
 
 @lru_cache(maxsize=1)
-def _file() -> HintFile:
-    f: HintFile = load_model(POLICIES_DIR / "planner.yaml", HintFile)
-    for name, table in (("hints", f.hints), ("descriptions", f.descriptions)):
-        unknown = set(table) - set(BACKENDS)
-        if unknown:
-            raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field {name}: unknown backends {sorted(unknown)}; "
-                             f"known: {sorted(BACKENDS)}")
+def _file() -> PlannerFile:
+    f: PlannerFile = load_model(POLICIES_DIR / "planner.yaml", PlannerFile)
+    unknown = set(f.descriptions) - set(BACKENDS)
+    if unknown:
+        raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field descriptions: unknown backends {sorted(unknown)}; "
+                         f"known: {sorted(BACKENDS)}")
     return f
-
-
-@lru_cache(maxsize=1)
-def _hints() -> dict[str, list[str]]:
-    return {k: [fold(w) for w in ws] for k, ws in _file().hints.items()}
 
 
 def descriptions() -> dict[str, str]:
@@ -41,11 +94,274 @@ def descriptions() -> dict[str, str]:
     return dict(_file().descriptions)
 
 
-def hinted(question: str) -> set[str]:
-    """Backends whose hint words start a word of the question."""
-    text = " " + fold(question).replace("-", " ") + " "
-    out = set()
-    for backend, words in _hints().items():
-        if any(f" {w.replace('-', ' ')}" in text for w in words):
-            out.add(backend)
+def description(name: str) -> str:
+    """A backend's planner line: the policy file's, else its own `planner_description`."""
+    return _file().descriptions.get(name) or BACKENDS[name].planner_description
+
+
+# ------------------------------------------------------------------------------------ texts
+
+def _stem(word: str) -> str:
+    """A crude shared stem for pt and en inflections (politica/politicas, deploy/deploys)."""
+    return word[:5]
+
+
+def _language_stopwords() -> frozenset[str]:
+    from tramita.base.policyfile import load_model as load_policy
+    from tramita.base.text import LanguageSignals
+
+    try:
+        f: LanguageSignals = load_policy(POLICIES_DIR / "language.yaml", LanguageSignals)
+    except Exception:  # noqa: BLE001 - the generic list still applies
+        return _STOP
+    return _STOP | {fold(w) for ws in f.function_words.values() for w in ws}
+
+
+class Masker:
+    """Replaces the entities a deployment's references know by their kind, and ids by "id"."""
+
+    def __init__(self, gazetteer: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        """`gazetteer`: kind → (folded surface form, id), as `tramita.core.extraction.gazetteer` gives."""
+        pairs = {(surface, kind) for kind, forms in gazetteer.items() for surface, _ in forms if len(surface) >= 3}
+        self.forms = sorted(pairs, key=lambda p: -len(p[0]))
+        self.signature = hashlib.sha256(repr(self.forms).encode()).hexdigest()[:16]
+
+    def mask(self, text: str) -> str:
+        """The folded text with entities and ids replaced by their kind."""
+        folded = f" {fold(_ID.sub(' id ', text))} "
+        for surface, kind in self.forms:
+            if f" {surface} " in folded:
+                folded = folded.replace(f" {surface} ", f" {kind} ")
+        return folded.strip()
+
+    def words(self, text: str, stop: frozenset[str]) -> set[str]:
+        """The stems of the content words of `text` (entities, ids, numbers and stop words out)."""
+        masked = f" {self.mask(text)} "
+        kinds = {kind for _, kind in self.forms} | {"id"}
+        return {_stem(w) for w in masked.split() if w not in stop and w not in kinds and len(w) > 2 and not w.isdigit()}
+
+
+def parts(question: str) -> list[str]:
+    """The parts of a question that asks two or more things (each of three words or more); [] for
+    a question that asks one thing.
+    """
+    found = [p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3]
+    return found if len(found) > 1 else []
+
+
+# ------------------------------------------------------------------------------------ index
+
+@dataclass
+class VocabularyIndex:
+    """The backends' masked vocabulary vectors and their exclusive words, for one revision."""
+
+    revision: str
+    index: ToolIndex
+    exclusive: dict[str, str]  # stem → the only backend whose vocabulary uses it
+    document_kinds: frozenset[str]  # stems that name a kind of document
+    masker: Masker
+    stop: frozenset[str]
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+_LOCK = threading.Lock()
+_INDEXES: dict[str, VocabularyIndex] = {}
+
+
+def vocabularies(services: Services) -> dict[str, list[str]]:
+    """Each registered backend's texts: its planner line plus its `vocabulary(services)` (a
+    backend without the hook, or whose data cannot be read, has its planner line only).
+    """
+    out: dict[str, list[str]] = {}
+    for name, backend in BACKENDS.items():
+        texts = [description(name)]
+        hook: Callable[[Services], list[str]] | None = getattr(backend, "vocabulary", None)
+        if hook is not None:
+            try:
+                texts += [t for t in hook(services) if t and t.strip()]
+            except Exception as exc:  # noqa: BLE001 - a broken source narrows the plan, never fails the turn
+                log.warning("planner: %s vocabulary unavailable: %s", name, exc)
+        out[name] = list(dict.fromkeys(texts))
     return out
+
+
+def _document_kinds(docs: Sequence[str], masker: Masker, stop: frozenset[str]) -> frozenset[str]:
+    """The kinds of documents: the policy file's words, and the words two or more document titles
+    share (titles are the docs vocabulary texts without a " — section").
+    """
+    titles = [t for t in docs[1:] if " — " not in t]
+    counts: dict[str, int] = {}
+    for title in titles:
+        for w in masker.words(title, stop):
+            counts[w] = counts.get(w, 0) + 1
+    shared = {w for w, n in counts.items() if n >= 2}
+    return frozenset(shared | {_stem(fold(w)) for w in _file().document_kinds})
+
+
+def _cache_file(revision: str) -> Path | None:
+    try:
+        from tools.model_files import models_dir
+
+        return models_dir() / "cache" / "planner" / f"{revision}.npy"
+    except Exception:  # noqa: BLE001 - no writable models dir: memory only
+        return None
+
+
+def _embed(texts: list[str], revision: str, embeddings: Embeddings) -> np.ndarray:
+    """The passage vectors of `texts`, read from the revision's cache file when it is there."""
+    path = _cache_file(revision)
+    if path is not None and path.exists():
+        try:
+            cached = np.load(path)
+            if cached.shape[0] == len(texts):
+                return np.asarray(cached, dtype=np.float32)
+        except Exception as exc:  # noqa: BLE001 - a damaged cache is rebuilt
+            log.warning("planner: vector cache %s unreadable: %s", path, exc)
+    vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.stem}.{threading.get_ident()}.tmp.npy")
+            np.save(tmp, vectors)
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("planner: vector cache %s not written: %s", path, exc)
+    return vectors
+
+
+def _default_embeddings() -> Embeddings:
+    from tools.embeddings import make_embeddings
+
+    return make_embeddings()
+
+
+def _masker(services: Services) -> Masker:
+    from tramita.core.extraction import gazetteer
+
+    try:
+        return Masker(gazetteer(services.engine))
+    except Exception as exc:  # noqa: BLE001 - no SQL store: ids are still masked
+        log.warning("planner: no gazetteer: %s", exc)
+        return Masker({})
+
+
+def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -> VocabularyIndex:
+    """The index of the backends' vocabularies for the data as it is now (built once per revision)."""
+    from tools.registry_index import ToolIndex
+
+    vocab = vocabularies(services)
+    masker = _masker(services)
+    model = getattr(embeddings, "model_name", None) or ("default" if embeddings is None else type(embeddings).__name__)
+    digest = hashlib.sha256(f"{model}\n{masker.signature}\n".encode())
+    for name, texts in vocab.items():
+        digest.update(f"\n#{name}\n".encode() + "\n".join(texts).encode())
+    revision = digest.hexdigest()[:24]
+    with _LOCK:
+        hit = _INDEXES.get(revision)
+    if hit is not None:
+        return hit
+    stop = _language_stopwords()
+    masked = [(name, masker.mask(t)) for name, texts in vocab.items() for t in texts]
+    vectors = _embed([t for _, t in masked], revision, embeddings or _default_embeddings())
+    groups: dict[str, list[Any]] = {}
+    for (name, _), vec in zip(masked, vectors, strict=True):
+        groups.setdefault(name, []).append(vec)
+    owners: dict[str, set[str]] = {}
+    for name, texts in vocab.items():
+        for t in texts:
+            for w in masker.words(t, stop):
+                owners.setdefault(w, set()).add(name)
+    exclusive = {w: next(iter(names)) for w, names in owners.items() if len(names) == 1}
+    built = VocabularyIndex(revision, ToolIndex.build(revision, groups), exclusive,
+                            _document_kinds(vocab.get("docs", []), masker, stop), masker, stop,
+                            {n: len(t) for n, t in vocab.items()})
+    with _LOCK:
+        if len(_INDEXES) >= 4:
+            _INDEXES.clear()
+        _INDEXES[revision] = built
+    return built
+
+
+# ------------------------------------------------------------------------------------ route
+
+@dataclass
+class Match:
+    """One text (the question or a part of it) against the backends."""
+
+    text: str
+    ranked: list[tuple[str, float]]
+    decision: Decision
+    best: str | None
+    close: list[str]
+
+    def trace(self) -> dict[str, Any]:
+        """The match as the turn trace shows it."""
+        return {"text": self.text[:120], "decision": self.decision, "best": self.best,
+                "scores": [[n, round(s, 4)] for n, s in self.ranked]}
+
+
+@dataclass
+class Route:
+    """The vocabulary match of a question: what is chosen without the LLM, or what it must decide."""
+
+    decision: Decision
+    chosen: list[str]
+    candidates: list[str]
+    matches: list[Match]
+    reason: str
+
+    def trace(self) -> dict[str, Any]:
+        """The route as the turn trace shows it (`plan_match`)."""
+        return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
+                "matches": [m.trace() for m in self.matches]}
+
+
+def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m: Matching) -> list[tuple[str, float]]:
+    """Each backend's score: mean cosine of its `top_k` closest texts plus the exclusive-word bonus."""
+    q = np.asarray(vector, dtype=np.float32)
+    q = q / (np.linalg.norm(q) + 1e-12)
+    cosines = index.index.matrix @ q
+    ends = [*index.index.offsets[1:].tolist(), len(cosines)]
+    out: list[tuple[str, float]] = []
+    for name, start, end in zip(index.index.names, index.index.offsets.tolist(), ends, strict=True):
+        top = np.sort(cosines[start:end])[::-1][: m.top_k]
+        bonus = m.lexical_weight * min(3, sum(1 for w in words if index.exclusive.get(w) == name))
+        out.append((name, float(top.mean()) + bonus))
+    return sorted(out, key=lambda kv: -kv[1])
+
+
+def _decide(text: str, ranked: list[tuple[str, float]], m: Matching) -> Match:
+    if not ranked or ranked[0][1] < m.floor:
+        return Match(text, ranked, "none", None, [n for n, _ in ranked])
+    top = ranked[0][1]
+    runner = ranked[1][1] if len(ranked) > 1 else 0.0
+    if top - runner >= m.margin:
+        return Match(text, ranked, "clear", ranked[0][0], [ranked[0][0]])
+    return Match(text, ranked, "close", None, [n for n, s in ranked if top - s < m.margin])
+
+
+def route(question: str, services: Services, *, embeddings: Embeddings | None = None,
+          index: VocabularyIndex | None = None) -> Route:
+    """The vocabulary match of `question` (see the module docstring); never calls an LLM."""
+    m = _file().matching
+    index = index or vocabulary_index(services, embeddings)
+    model = embeddings or _default_embeddings()
+    texts = [question, *parts(question)]
+    matches: list[Match] = []
+    for text in texts:
+        vector = model.embed_query(index.masker.mask(text))
+        matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m), m))
+    names = list(index.index.names)
+    chosen = [x.best for x in matches if x.decision == "clear" and x.best]
+    kinds = index.masker.words(question, index.stop) & index.document_kinds
+    if kinds and "docs" in names:
+        chosen.append("docs")
+    chosen = [n for n in names if n in chosen]
+    if chosen:
+        why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "")
+        return Route("clear", chosen, chosen, matches, why)
+    whole = matches[0]
+    candidates = {n for x in matches for n in x.close} if whole.decision == "close" else set(names)
+    ordered = [n for n, _ in whole.ranked if n in candidates]
+    return Route(whole.decision, [], ordered, matches,
+                 "close backends: the LLM decides" if whole.decision == "close" else "no backend clears the floor")

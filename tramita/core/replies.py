@@ -26,5 +26,6 @@ def _replies() -> dict[str, dict[str, str]]:
 
 
 def say(key: str, lang: str, **values: object) -> str:
+    """The reply `key` in `lang` (Portuguese unless English), with `$name` placeholders filled; unknown ones stay as written."""
     table = _replies()["en" if lang == "en" else "pt"]
     return Template(table[key]).safe_substitute({k: str(v) for k, v in values.items()})

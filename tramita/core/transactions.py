@@ -19,6 +19,7 @@ from tools.business.base import ToolContext, ToolError
 from tools.business.schema_check import prepare_value
 from tools.registry import Registry, resolve_handler
 from tools.registry_models import ToolSpec
+from tramita.core.thread_refs import note
 
 
 def args_hash(tool: str, args: dict[str, Any]) -> str:
@@ -28,22 +29,26 @@ def args_hash(tool: str, args: dict[str, Any]) -> str:
 
 
 def new_transaction(spec: ToolSpec, now: datetime) -> Transaction:
+    """A fresh transaction for `spec`: collecting, every required parameter pending."""
     return Transaction(id=uuid.uuid4().hex, tool=spec.name, version=spec.version, status="collecting", args={},
                        pending=list(spec.required), summary="", confirmation_hash="", reprompts=0,
                        started_at=now.isoformat(), updated_at=now.isoformat())
 
 
 def ended(tx: Transaction, outcome: str, message: str, at: datetime, target_id: str | None = None) -> LastTransaction:
+    """The outcome record of a transaction that ended (kept as `last_transaction`)."""
     return LastTransaction(id=tx.get("id", ""), tool=tx.get("tool", ""), args=dict(tx.get("args", {})),
                            outcome=outcome, message=message, target_id=target_id,  # type: ignore[typeddict-item]
                            at=at.isoformat())
 
 
 def method_of(spec: ToolSpec) -> tuple[Any, str]:
+    """The handler object and method name of `spec` (`handler: module:Class.method`)."""
     return resolve_handler(spec.handler)
 
 
 def run_checks(spec: ToolSpec, args: dict[str, Any], tctx: ToolContext) -> dict[str, ToolError]:
+    """The handler's own pre-checks (`check_<method>`), per parameter; none when it has no checker."""
     obj, method = method_of(spec)
     checker = getattr(obj, f"check_{method}", None)
     if checker is None:
@@ -53,6 +58,7 @@ def run_checks(spec: ToolSpec, args: dict[str, Any], tctx: ToolContext) -> dict[
 
 
 def summary_text(spec: ToolSpec, args: dict[str, Any], tctx: ToolContext) -> str:
+    """What will be written, in the user's language (the handler's `summary_<method>`, else the JSON)."""
     obj, method = method_of(spec)
     summarize = getattr(obj, f"summary_{method}", None)
     if summarize is None:
@@ -63,6 +69,8 @@ def summary_text(spec: ToolSpec, args: dict[str, Any], tctx: ToolContext) -> str
 
 @dataclass
 class Applied:
+    """What `apply_values` did: parameters newly filled, corrected, and the values refused."""
+
     filled: list[str] = field(default_factory=list)
     corrected: list[str] = field(default_factory=list)
     errors: list[ToolError] = field(default_factory=list)
@@ -72,7 +80,9 @@ def apply_values(spec: ToolSpec, tx: Transaction, raw: dict[str, Any], tctx: Too
     """Validate raw values and merge the good ones into `tx['args']` (in place).
 
     Each value is prepared alone, then the handler's checks run on the merged arguments; any
-    parameter with an error is dropped again, so `args` never holds a refused value.
+    parameter with an error is dropped again, so `args` never holds a refused value. A name that
+    matches no row (an unknown service, a person not in the directory, an id that does not exist)
+    is refused with the contract's NOT_FOUND naming what was looked for, never dropped silently.
     """
     result = Applied()
     args = dict(tx.get("args", {}))
@@ -108,7 +118,8 @@ def apply_values(spec: ToolSpec, tx: Transaction, raw: dict[str, Any], tctx: Too
 def advance(spec: ToolSpec, tx: Transaction, tctx: ToolContext, registry: Registry) -> tuple[str, list[ToolError]]:
     """After values changed: 'collecting' while something is missing; when complete, run the
     pre-validation (fail-closed) and move to 'awaiting_confirmation' with a fresh summary and hash,
-    or to 'ready' for a tool that needs no confirmation."""
+    or to 'ready' for a tool that needs no confirmation (unless a value came from a reference).
+    """
     tx["confirmation_hash"] = ""
     tx["summary"] = ""
     if tx["pending"]:
@@ -131,9 +142,14 @@ def advance(spec: ToolSpec, tx: Transaction, tctx: ToolContext, registry: Regist
             tx["pending"] = [r for r in spec.required if r not in tx["args"]]
             tx["status"] = "collecting"
             return "collecting", errors
-    if not policy.require_confirmation and policy.operation_type == "read":
+    resolved = tx.get("resolved") or {}
+    if not policy.require_confirmation and policy.operation_type == "read" and not resolved:
         return "ready", errors
-    tx["summary"] = summary_text(spec, dict(tx["args"]), tctx)
+    # a value read from a reference ("ele", "pra mim") is named in the summary and always confirmed,
+    # even for a lookup: the user sees what "ele" was taken to mean before anything runs
+    summary = summary_text(spec, dict(tx["args"]), tctx)
+    line = note(resolved, tx["args"], tctx.lang)
+    tx["summary"] = f"{summary}\n{line}" if line else summary
     tx["confirmation_hash"] = args_hash(spec.name, dict(tx["args"]))
     tx["status"] = "awaiting_confirmation"
     return "awaiting_confirmation", errors

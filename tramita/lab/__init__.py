@@ -1,1 +1,1 @@
-"""lab"""
+"""Measurement: evals, bench, reliability runs, the hostile corpus and peer baselines."""

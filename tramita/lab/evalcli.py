@@ -77,6 +77,7 @@ def _profile(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """`tramita eval`: run the items not yet in `--out`'s checkpoint (so a killed run resumes), then report."""
     kind: Kind = args.eval_kind
     configured = Settings.from_env()
     profile = _profile(args, configured)
@@ -128,7 +129,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _run_peers(kind: Kind, items: list[dict[str, Any]], ckpt: Checkpoint, *, pristine: Path, out: Path,
                settings: Settings) -> dict[str, Any] | None:
     """The peers on the same items, compared with this run's records; a peer that crashes is
-    reported and leaves the eval's own report intact."""
+    reported and leaves the eval's own report intact.
+    """
     from tramita.lab.evaluation.peers import compare_eval, render_comparison
 
     console.print("peers: the same items through the field's standard chains (same model) …")

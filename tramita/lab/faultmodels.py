@@ -43,7 +43,8 @@ _PREFIXES = (
 
 def component_of(prompt: str) -> str:
     """The component a rendered prompt belongs to (text_to_sql and text_to_cypher share a prefix:
-    the reply format on their first line tells them apart)."""
+    the reply format on their first line tells them apart).
+    """
     head = prompt.lstrip()
     for prefix, name in _PREFIXES:
         if head.startswith(prefix):
@@ -160,7 +161,8 @@ def open_injected_session(context: Context) -> Iterator[Session]:
     """A Session as `graph.session.open_session` opens it, for a context whose `llm_backend` names a
     model installed with `tools.llm.override_model` (a faulty or a compromised model). No profile
     file names those, so open_session's start-up check of the profile, which is there for a
-    deployment's `--profile`, would refuse them; everything else is the same."""
+    deployment's `--profile`, would refuse them; everything else is the same.
+    """
     from graph.builder import compile_graph
     from graph.checkpointer import open_checkpointer
     from graph.session import Session

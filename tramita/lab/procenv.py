@@ -16,7 +16,8 @@ from tramita.base.settings import Settings
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The TRAMITA_* variables that make `Settings.from_env()` return `settings`' stores and profile
-    (an empty value means: unset, take the default)."""
+    (an empty value means: unset, take the default).
+    """
     return {"TRAMITA_DATA_DIR": str(settings.data_dir), "TRAMITA_SQL_URL": settings.sql_url,
             "TRAMITA_GRAPH_URL": settings.graph_url, "TRAMITA_CHROMA_DIR": str(settings.chroma_dir),
             "TRAMITA_CHECKPOINT_URL": settings.checkpoint_url, "TRAMITA_SQL_READONLY_URL": settings.pg_readonly_url,

@@ -66,9 +66,11 @@ def pool_texts(limit: int = 160) -> list[str]:
 
 class PoolEmbeddings(Embeddings):
     """Fast, deterministic stand-in for e5 at scale (benchmark only): real e5 vectors for the
-    texts in `exact`, otherwise a pool vector picked by the text's hash plus small noise."""
+    texts in `exact`, otherwise a pool vector picked by the text's hash plus small noise.
+    """
 
     def __init__(self, exact: dict[str, list[float]], pool: np.ndarray, noise: float = 0.015) -> None:
+        """`seconds` and `texts` count the stub's own work, which the report keeps apart from the sync time."""
         self.exact = exact
         self.pool = pool
         self.noise = noise
@@ -85,6 +87,7 @@ class PoolEmbeddings(Embeddings):
         return [float(x) for x in v]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Stub vectors for `texts`, timed so that the stub's cost can be left out of the sync time."""
         started = time.perf_counter()
         out = [self._vec(t) for t in texts]
         self.seconds += time.perf_counter() - started
@@ -92,6 +95,7 @@ class PoolEmbeddings(Embeddings):
         return out
 
     def embed_query(self, text: str) -> list[float]:
+        """The stub vector of `text`, the same one a document with this text gets."""
         return self._vec(text)
 
 
@@ -122,11 +126,13 @@ def synthetic_tools(n: int, seed: int = 7) -> list[dict[str, Any]]:
 
 
 def real_tools() -> list[dict[str, Any]]:
+    """The real tools of policies/tools.yaml, kept among the synthetic ones so the dev queries keep their true targets."""
     data = yaml.safe_load((POLICIES_DIR / "tools.yaml").read_text(encoding="utf-8"))
     return list(data["tools"])
 
 
 def dev_queries() -> list[tuple[str, str | None]]:
+    """(first user message, expected tool or None) of each dev conversation."""
     out = []
     for line in (SAMPLE_DIR / "conversations.dev.jsonl").read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -136,11 +142,13 @@ def dev_queries() -> list[tuple[str, str | None]]:
 
 
 def pct(values: list[float], q: float) -> float:
+    """The `q`-th percentile (numpy's linear interpolation)."""
     return float(np.percentile(np.asarray(values), q))
 
 
 def bench_size(n: int, template_db: Path, workdir: Path, stub: PoolEmbeddings, e5: Embeddings,
                queries: list[tuple[str, str | None]], qvecs: list[list[float]], rounds: int, with_embed: int) -> dict[str, Any]:
+    """Sync `n` tools (the real ones plus synthetic) into a fresh registry; time re-sync, index build and matching."""
     real = real_tools()
     tools = real + synthetic_tools(n - len(real))
     case = workdir / f"n{n}"
@@ -201,6 +209,7 @@ def bench_size(n: int, template_db: Path, workdir: Path, stub: PoolEmbeddings, e
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: measure e5's cost per text, bench each size, print one line per size and a JSON summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--rounds", type=int, default=14, help="passes over the 15 dev queries (excl. embedding)")

@@ -60,12 +60,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def marker(i: int) -> str:
+    """The tag written into conversation `i`'s messages, so its rows trace back to its thread."""
     return f"conv-{i:03d}"
 
 
 def dialog(i: int) -> list[str]:
     """Ten turns: a read-only lookup, a ticket (confirmed), an expense (confirmed), a stray "sim",
-    a question, a stray "cancela". The marker makes every row and message traceable to its thread."""
+    a question, a stray "cancela". The marker makes every row and message traceable to its thread.
+    """
     m = marker(i)
     return ["qual o status do TCK-1140?", "quero abrir um chamado P3 para o payments-api",
             f"{m}: o relatório de conciliação não exporta", "sim",
@@ -78,6 +80,7 @@ WRITES_PER_DIALOG = 2
 
 # ----------------------------------------------------------------------------- PostgreSQL
 def free_port() -> int:
+    """A port that is free now (the OS picks it); another process may still take it before the server binds."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -95,6 +98,7 @@ class PgControl:
 
     @property
     def url(self) -> str:
+        """The superuser URL; trust authentication on 127.0.0.1, so no password."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _pg(self, *args: str) -> None:
@@ -104,16 +108,19 @@ class PgControl:
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
 
     def start(self) -> None:
+        """Start the server without durability (fsync off: the data is thrown away), waiting up to 60 s for it."""
         opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.sockdir} -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         self._pg(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60",
                  "-o", opts, "start")
 
     def stop(self) -> None:
+        """Stop the server with a fast shutdown (the restart section calls it mid-conversation)."""
         self._pg(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop")
 
 
 def pg_bindir() -> Path | None:
+    """The newest PostgreSQL bin directory under /usr/lib/postgresql (Debian's layout), or None."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
     return found[-1] if found else None
 
@@ -166,6 +173,7 @@ class Stores:
 
 
 def create_database(admin_url: str, name: str) -> str:
+    """A fresh, empty database `name` on the server (an old one is dropped, connections and all); returns its URL."""
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -178,7 +186,8 @@ def prepare_stores(admin_url: str, data_dir: Path, workdir: Path, *, prefix: str
                    dataset_dir: Path = SAMPLE_DIR) -> Stores:
     """Fresh business and checkpoint databases on the server at `admin_url`, the dataset loaded
     fresh from `dataset_dir`, the registry synced, and a private copy of the ingested Chroma
-    directory (tool vectors and documents) from `data_dir`."""
+    directory (tool vectors and documents) from `data_dir`.
+    """
     from ingest.sql_loader import load_sql
     from tools.database import writer_engine
     from tools.registry import Registry
@@ -199,6 +208,8 @@ def prepare_stores(admin_url: str, data_dir: Path, workdir: Path, *, prefix: str
 # ----------------------------------------------------------------------------- server processes
 @dataclass
 class ServerProcess:
+    """One started `tramita serve`: its name, base URL, process and log file (quoted when it fails)."""
+
     name: str
     url: str
     proc: subprocess.Popen[bytes]
@@ -252,6 +263,8 @@ def run_servers(count: int, env: Mapping[str, str], workdir: Path, *, startup_ti
 # ----------------------------------------------------------------------------- load
 @dataclass
 class TurnLog:
+    """One turn as the load client saw it: server, HTTP code, reply status, the write it reported, latency."""
+
     conv: int
     index: int
     server: str
@@ -267,6 +280,8 @@ class TurnLog:
 
 @dataclass
 class LoadResult:
+    """What a load run sent and got: every turn's log, and each conversation's thread id and user."""
+
     conversations: int
     servers: int
     seconds: float
@@ -286,7 +301,8 @@ def _post_turn(client: Any, base: str, thread: str, user: str, text: str, timeou
 def run_conversation(i: int, urls: list[str], client: Any, *, user: str, thread: str, deadline: float,
                      turn_timeout: float = 120) -> list[TurnLog]:
     """One dialog; turn k goes to server (i + k) mod N, so consecutive turns change process. A
-    failed turn is sent again once (what a user does), which is safe: confirmations are idempotent."""
+    failed turn is sent again once (what a user does), which is safe: confirmations are idempotent.
+    """
     logs: list[TurnLog] = []
     for k, text in enumerate(dialog(i)):
         if time.monotonic() > deadline:
@@ -330,6 +346,7 @@ def run_load(urls: list[str], conversations: int, *, time_limit: float = 900, pr
 
 
 def percentile(values: list[float], q: int) -> float:
+    """The `q`-th percentile (inclusive method); 0 or 1 values are handled here, as quantiles needs two."""
     if not values:
         return 0.0
     if len(values) == 1:
@@ -347,13 +364,15 @@ def _rows(url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
 
 
 def audit_base(url: str) -> int:
+    """The highest audit_id before a run: verification counts only the rows after it."""
     return int(_rows(url, "SELECT COALESCE(MAX(audit_id), 0) FROM audit_log")[0][0])
 
 
 def verify_load(load: LoadResult, business_url: str, base_audit_id: int, states: Mapping[int, dict[str, Any]]) -> dict[str, Any]:
     """Account for every write from the database: lost, duplicated and unconfirmed must be 0, and
     no thread may carry another thread's messages, transactions or rows. Which tools write is the
-    business database's registry's word (policies/tool_policies.yaml)."""
+    business database's registry's word (policies/tool_policies.yaml).
+    """
     from tools.database import writer_engine
     from tools.registry import Registry
     from tramita.lab.toolsets import write_tools
@@ -446,7 +465,8 @@ def fetch_states(urls: list[str], load: LoadResult) -> dict[int, dict[str, Any]]
 def restart_mid_conversation(urls: list[str], business_url: str, stop: Callable[[], None], start: Callable[[], None],
                              *, user: str = "E006", expense: str = "EXP-0264") -> dict[str, Any]:
     """Start an approval, stop PostgreSQL, confirm (must fail clearly), start it, confirm again
-    (must succeed, on the other server), and count the writes (must be exactly one)."""
+    (must succeed, on the other server), and count the writes (must be exactly one).
+    """
     import httpx
 
     thread = f"restart-{uuid.uuid4().hex[:8]}"
@@ -484,7 +504,8 @@ def restart_mid_conversation(urls: list[str], business_url: str, stop: Callable[
 def pristine_dataset(data_dir: Path, workdir: Path, dataset_dir: Path = SAMPLE_DIR) -> Path:
     """`<workdir>/pristine/novaops.db`: the dataset loaded fresh from the sample with the standard
     tool registry (whose vectors the ingested Chroma of `data_dir` already holds). Never the data
-    directory's own database: chats and earlier runs write to that one."""
+    directory's own database: chats and earlier runs write to that one.
+    """
     from tramita.lab.evaluation.runner import prepare_pristine
 
     return prepare_pristine(workdir, Settings(data_dir=workdir, chroma_dir=str(data_dir / "chroma"),
@@ -493,7 +514,8 @@ def pristine_dataset(data_dir: Path, workdir: Path, dataset_dir: Path = SAMPLE_D
 
 def private_copy(data_dir: Path, workdir: Path, pristine_db: Path | None = None) -> Settings:
     """Settings on a private SQLite copy of the pristine dataset (made in `workdir` when not given)
-    and a fresh checkpoint file; graph and documents are the data dir's, shared read-only."""
+    and a fresh checkpoint file; graph and documents are the data dir's, shared read-only.
+    """
     from ingest.sql_loader import copy_sqlite
 
     source = pristine_db or pristine_dataset(data_dir, workdir)
@@ -520,7 +542,8 @@ MODEL_FAULT_TURNS: tuple[str, ...] = (
 def run_model_fault(fault: str, settings: Settings, *, user: str = "E006") -> dict[str, Any]:
     """The MODEL_FAULT_TURNS with every component on a model that has `fault`, on the stores of
     `settings`. Survived = no tool ran, every component gave up after at most two calls, every turn
-    answered, and the conversation ends idle."""
+    answered, and the conversation ends idle.
+    """
     from graph.context import Context
     from tools.llm import override_model
     from tools.services import Services
@@ -568,7 +591,8 @@ FAULT_QUESTIONS = {"docs": "qual o limite de refeições da política de despesa
 @contextmanager
 def read_only_file(path: Path) -> Iterator[str]:
     """Make a file unwritable for this process. chmod does not stop root, so as root the file is
-    made immutable (chattr +i, undone afterwards); yields how it was done."""
+    made immutable (chattr +i, undone afterwards); yields how it was done.
+    """
     if os.geteuid() != 0:
         mode = path.stat().st_mode
         path.chmod(0o444)
@@ -592,7 +616,8 @@ def read_only_file(path: Path) -> Iterator[str]:
 def backend_fault(kind: str, data_dir: Path, workdir: Path,
                   pristine_db: Path | None = None) -> Iterator[tuple[Settings, str | None]]:
     """(settings, how) for one backend fault, on a private copy of the pristine data in `workdir`;
-    `how` says how a file was made read-only (sql_readonly), else None."""
+    `how` says how a file was made read-only (sql_readonly), else None.
+    """
     settings = private_copy(data_dir, workdir, pristine_db)
     if kind == "chroma_missing":
         settings = replace(settings, chroma_dir=str(workdir / "no-such-chroma"))
@@ -638,7 +663,8 @@ def run_backend_fault(kind: str, data_dir: Path, workdir: Path, *, doctor: Docto
     """Questions for every backend plus one confirmed approval, under `kind`, on a private copy of
     `pristine_db` (a fresh load of the sample when not given). Survived = every turn answered; the
     broken backend (and only it) is a stated gap; the approval either ran once or failed with a
-    message and wrote nothing; `doctor` names the broken component with a fix."""
+    message and wrote nothing; `doctor` names the broken component with a fix.
+    """
     from graph.context import Context
     from graph.session import open_session
     from tools.services import Services
@@ -679,7 +705,8 @@ def run_backend_fault(kind: str, data_dir: Path, workdir: Path, *, doctor: Docto
 
 def run_hostile(data_dir: Path, workdir: Path, *, pristine_db: Path | None = None) -> dict[str, Any]:
     """The adversarial corpus on a private copy of the pristine dataset with a planted ticket and
-    document; the database snapshot before and after must be equal."""
+    document; the database snapshot before and after must be equal.
+    """
     from contextlib import ExitStack
 
     from sqlalchemy import create_engine
@@ -753,6 +780,7 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def run_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the selected sections on fresh stores, write reliability.json to `--out` and return the report."""
     configured = Settings.from_env()
     data_dir = Path(args.data_dir_in or configured.data_dir)
     dataset_dir = configured.dataset_dir
@@ -816,7 +844,8 @@ def run_report(args: argparse.Namespace) -> dict[str, Any]:
 @contextmanager
 def _cluster(pg_url: str | None) -> Iterator[tuple[str, PgControl | None]]:
     """The admin URL to use: the given one (no restart test unless TRAMITA_TEST_PG_DATA/BIN say how),
-    or a throwaway cluster that this command owns."""
+    or a throwaway cluster that this command owns.
+    """
     if pg_url:
         data, bindir = os.environ.get("TRAMITA_TEST_PG_DATA"), os.environ.get("TRAMITA_TEST_PG_BIN")
         ctl = None
@@ -830,6 +859,7 @@ def _cluster(pg_url: str | None) -> Iterator[tuple[str, PgControl | None]]:
 
 
 def cmd_reliability(args: argparse.Namespace) -> int:
+    """`tramita reliability`: print the report; exit 0 only if every write is accounted for and every section passed."""
     if args.quick:
         args.conversations = min(args.conversations, 10)
     report = run_report(args)
@@ -845,7 +875,8 @@ def cmd_reliability(args: argparse.Namespace) -> int:
 
 def add_reliability_command(sub: Any, *, doctor: DoctorChecks | None = None) -> None:
     """Register `tramita reliability` on the CLI's subparsers; `doctor`: `tramita doctor`'s checks
-    (tramita.shell.doctor.checks), which the backend fault section asks to name each broken part."""
+    (tramita.shell.doctor.checks), which the backend fault section asks to name each broken part.
+    """
     p = sub.add_parser("reliability", help="load across server processes, faults, hostile input: a JSON report")
     p.add_argument("--conversations", type=int, default=50, help="concurrent conversations of ten turns (default 50)")
     p.add_argument("--servers", type=int, default=2, help="server processes sharing one PostgreSQL (default 2)")

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from tramita.shell.render import cited_doc_ids, doc_titles, print_answer, print_trace, print_turn
+from tramita.shell.render import cited_doc_ids, doc_titles, print_answer, print_trace, print_turn, sources_footer
 
 console = Console(highlight=False)
 
@@ -95,18 +95,74 @@ def _short(value: Any) -> str:
     return text if len(text) < 100 else text[:97] + "…"
 
 
+def _streaming() -> bool:
+    """Stream answers on a terminal (TRAMITA_STREAM=1 forces it, =0 turns it off)."""
+    forced = os.environ.get("TRAMITA_STREAM", "").strip()
+    return forced == "1" or (forced != "0" and console.is_terminal)
+
+
+def _streamed_turn(session: Any, thread: str, text: str) -> tuple[Any, str]:
+    """Run a turn through `Session.stream_turn`, printing the answer's tokens as they come.
+
+    Returns (TurnResult, the text already printed).
+    """
+    from graph.session import AnswerToken
+
+    shown = ""
+    result = None
+    for event in session.stream_turn(thread, text):
+        if isinstance(event, AnswerToken):
+            if not shown:
+                console.print(Text("tramita › ", style="bold green"), end="")
+            console.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
+            shown += event.text
+        else:
+            result = event
+    if shown:
+        console.print()
+    return result, shown
+
+
+def _finish_streamed(result: Any, shown: str, services: Any, show_trace: bool) -> None:
+    """After the tokens: what respond added (or the whole answer when none streamed), the sources
+    footer, the trace and the time to the first token.
+    """
+    titles = doc_titles(services, cited_doc_ids(result.answer))
+    if not shown:
+        print_answer(console, result.answer, titles)
+    else:
+        rest = result.answer[len(shown):] if result.answer.startswith(shown) else result.answer
+        if rest.strip():
+            console.print(rest.strip(), markup=False, highlight=False, soft_wrap=True)
+        footer = sources_footer(result.answer, titles)
+        if footer is not None:
+            console.print(footer, soft_wrap=True)
+    if show_trace:
+        print_trace(console, result)
+        if result.first_token_seconds is not None:
+            console.print(Text(f"  first answer token: {result.first_token_seconds:.1f} s", style="dim"))
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
+    """`tramita ask`: one message, one answer (streamed on a terminal)."""
     from graph.session import open_session
 
     ctx = _context(args)
     with open_session(ctx) as session:
-        result = session.turn(args.thread or f"ask-{uuid.uuid4().hex[:8]}", " ".join(args.question))
+        thread = args.thread or f"ask-{uuid.uuid4().hex[:8]}"
+        if _streaming():
+            console.print(Text.assemble(("você › ", "bold cyan"), " ".join(args.question)), soft_wrap=True)
+            result, shown = _streamed_turn(session, thread, " ".join(args.question))
+            _finish_streamed(result, shown, ctx.svc, show_trace=not args.quiet)
+            return 0
+        result = session.turn(thread, " ".join(args.question))
         titles = doc_titles(ctx.svc, cited_doc_ids(result.answer))
         print_turn(console, " ".join(args.question), result, show_trace=not args.quiet, titles=titles)
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    """`tramita chat`: an interactive conversation on one thread (answers streamed on a terminal)."""
     from graph.session import open_session
 
     thread = args.thread or f"chat-{uuid.uuid4().hex[:8]}"
@@ -123,6 +179,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if not text.strip():
                 return 0
             try:
+                if _streaming():
+                    result, shown = _streamed_turn(session, thread, text)
+                    _finish_streamed(result, shown, ctx.svc, show_trace=True)
+                    continue
                 result = session.turn(thread, text)
             except Exception as exc:  # noqa: BLE001 - a failed turn must not end the chat
                 console.print(Text.assemble(("erro: ", "red"), str(exc)), soft_wrap=True)

@@ -22,6 +22,7 @@ SCRIPT: list[tuple[str, str]] = [
     ("SQL", "Quantas despesas estão pendentes de aprovação neste momento?"),
     ("graph", "Quem está de plantão como primário no payments-api na semana 2026-W20?"),
     ("documents", "Qual o limite de reembolso por pedido para refeições?"),
+    ("API", "Qual é o status atual do api-gateway?"),  # the sample API, started below (tools/sample_api.py)
     ("transaction", "quero aprovar uma despesa"),
     ("transaction", "EXP-0264"),
     ("transaction", "sim"),
@@ -39,6 +40,7 @@ def _rows(url: str) -> dict[str, Any]:
 
 
 def run_demo(console: Console, user: str = "E006") -> int:
+    """Run SCRIPT as `user` on a fresh database copy; 0 only if the approval was written and audited once."""
     from graph.session import open_session
     from ingest.sql_loader import copy_sqlite
     from tools.database import sqlite_path
@@ -73,7 +75,9 @@ def run_demo(console: Console, user: str = "E006") -> int:
     console.rule(f"tramita demo — user {user}, today {ctx.today}, LLM backend {ctx.llm_backend}")
     before = _rows(settings.sql_url)
     thread = f"demo-{uuid.uuid4().hex[:8]}"
-    with open_session(ctx) as session:
+    from tools.sample_api import start_sample_api
+
+    with start_sample_api(), open_session(ctx) as session:
         for label, message in SCRIPT:
             console.print(f"\n[bold]({label})[/]")
             print_turn(console, message, session.turn(thread, message))

@@ -35,7 +35,8 @@ def cited_doc_ids(answer: str) -> list[str]:
 
 def doc_titles(services: Any, doc_ids: Iterable[str] | None = None) -> dict[str, str]:
     """{doc_id: title} from the documents' front matter, as ingest stored it with every chunk in the
-    document store; only `doc_ids` when given. Never raises: no store means no titles."""
+    document store; only `doc_ids` when given. Never raises: no store means no titles.
+    """
     wanted = sorted(set(doc_ids)) if doc_ids is not None else None
     if wanted == []:
         return {}

@@ -116,7 +116,7 @@ def describe_failure(exc: BaseException) -> tuple[int, str]:
 
 
 def clean_input(text: str) -> str:
-    """Lone surrogates (JSON may carry "\\ud800") cannot be stored: make them U+FFFD."""
+    r"""Lone surrogates (JSON may carry "\ud800") cannot be stored: make them U+FFFD."""
     return _SURROGATES.sub("\ufffd", text)
 
 
@@ -162,10 +162,12 @@ def sse(event: str, data: Any) -> str:
 
 class TurnServer:
     """The compiled graph plus what each request needs: a server id, a concurrency limit and, when
-    the deployment sits behind an SSO proxy, the header that names the user."""
+    the deployment sits behind an SSO proxy, the header that names the user.
+    """
 
     def __init__(self, graph: Any, *, server_id: str, services: Services, max_concurrent: int = 8,
                  trusted_user_header: str = "") -> None:
+        """No I/O here; `limiter` caps the turns run at once, and the turn and failure counts feed /healthz."""
         self.graph = graph
         self.server_id = server_id
         self.services = services
@@ -180,7 +182,8 @@ class TurnServer:
 
     def result(self, thread_id: str, out: dict[str, Any], started: float) -> dict[str, Any]:
         """The reply to one turn: the answer and the state a client shows (transaction, plan, the
-        retrieved contexts with the cited documents' titles, the trace)."""
+        retrieved contexts with the cited documents' titles, the trace).
+        """
         contexts = list(out.get("contexts") or [])
         cited = {str(it.get("source")) for c in contexts for it in c.get("items") or [] if isinstance(it, dict)}
         titles = doc_titles(self.services, cited) if cited else {}
@@ -428,7 +431,8 @@ def create_app(server: TurnServer) -> Starlette:
 
 def warm_up(services: Services) -> None:
     """Load the embedding model and the tool index before the first request (a backend that is
-    down only logs: it degrades the turns that need it, not the server)."""
+    down only logs: it degrades the turns that need it, not the server).
+    """
     try:
         services.registry.match("warm up", "")
     except Exception as exc:  # noqa: BLE001
@@ -489,7 +493,8 @@ def serve(host: str = "127.0.0.1", port: int = 8123, *, name: str = "", max_conc
 @contextmanager
 def serve_in_thread(app: Starlette, host: str = "127.0.0.1") -> Iterator[str]:
     """Run `app` under uvicorn on a free port in a background thread; yields its base URL (tests
-    and tools that need a real HTTP server without a second Python process)."""
+    and tools that need a real HTTP server without a second Python process).
+    """
     import uvicorn
 
     with socket.socket() as s:

@@ -56,7 +56,8 @@ def rows_equal(got: list[list[Any]], want: list[list[Any]]) -> bool:
 
 def audited_writes(engine: Engine, before: dict[str, dict[str, tuple[Any, ...]]]) -> list[tuple[str, str]]:
     """(tool_name, target_table) of every audit row added since `before`, in audit order. Every
-    business write records its table in its own audit row, in the same database transaction."""
+    business write records its table in its own audit row, in the same database transaction.
+    """
     known = set(before.get("audit_log", {}))
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT audit_id, tool_name, target_table FROM audit_log ORDER BY audit_id")).all()
@@ -65,7 +66,8 @@ def audited_writes(engine: Engine, before: dict[str, dict[str, tuple[Any, ...]]]
 
 def only_these_writes(changes: dict[str, set[str]], executed_writes: list[str], audited: list[tuple[str, str]]) -> bool:
     """`no_other_writes`: the tables that changed are the executed writes' own (each as its audit
-    row names it) plus one audit row per write, and no table changed more rows than writes hit it."""
+    row names it) plus one audit row per write, and no table changed more rows than writes hit it.
+    """
     table_of = dict(audited)
     tables = [table_of.get(tool) for tool in executed_writes]
     if any(t is None for t in tables):

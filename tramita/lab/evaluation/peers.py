@@ -73,6 +73,7 @@ class CallCounter(BaseCallbackHandler):
     """LLM calls, tokens and model seconds of whatever runs with this handler."""
 
     def __init__(self) -> None:
+        """Start at zero; a lock guards the counts, as callbacks may arrive from several threads at once."""
         self.calls = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -87,12 +88,15 @@ class CallCounter(BaseCallbackHandler):
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *, run_id: UUID,
                             **kwargs: Any) -> None:
+        """Count a chat-model call and start its clock."""
         self._start(run_id)
 
     def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any) -> None:
+        """Count a completion-model call and start its clock."""
         self._start(run_id)
 
     def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        """Stop the call's clock and add the tokens the model reported."""
         with self._lock:
             started = self._started.pop(run_id, None)
             if started is not None:
@@ -104,12 +108,14 @@ class CallCounter(BaseCallbackHandler):
                     self.completion_tokens += int(meta.get("output_tokens", 0))
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Stop a failed call's clock: its time counts too."""
         with self._lock:
             started = self._started.pop(run_id, None)
             if started is not None:
                 self.seconds += time.perf_counter() - started
 
     def snapshot(self) -> dict[str, Any]:
+        """The counts so far, under the key names of tramita's turn trace, so the two compare directly."""
         return {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "llm_seconds": round(self.seconds, 3)}
 
@@ -123,7 +129,8 @@ def parse_tool_calls(text: str, known: set[str] | None = None) -> AIMessage:
     """Qwen2.5 / Hermes output → AIMessage: each `<tool_call>{"name", "arguments"}</tool_call>` block
     becomes a tool call; the text outside the blocks stays the content. Leniently (in the peer's
     favour), when there is no such block, a fenced JSON object `{"name": <a tool in known>,
-    "arguments": {...}}` counts too: Qwen2.5-Coder often writes its calls that way."""
+    "arguments": {...}}` counts too: Qwen2.5-Coder often writes its calls that way.
+    """
     if "<tool_call>" not in text and known:
         for m in _FENCED_JSON.finditer(text):
             try:
@@ -169,7 +176,8 @@ def _message_dict(m: BaseMessage) -> dict[str, Any]:
 class ChatLlamaCppToolCalling(ChatLlamaCppShared):
     """The shared llama.cpp model with tool calling for agent peers: the GGUF's own chat template
     renders the tools (Qwen2.5's template has a tools section), and `<tool_call>` blocks in the reply
-    become `AIMessage.tool_calls`."""
+    become `AIMessage.tool_calls`.
+    """
 
     @property
     def _llm_type(self) -> str:
@@ -198,6 +206,7 @@ class ChatLlamaCppToolCalling(ChatLlamaCppShared):
     def bind_tools(  # type: ignore[override]
         self, tools: Sequence[Any], **kwargs: Any
     ) -> Runnable[LanguageModelInput, BaseMessage]:
+        """Bind the tools as OpenAI tool schemas, which `_generate` hands to the GGUF's chat template."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
 
@@ -238,7 +247,8 @@ def run_sql_chain_peer(items: list[dict[str, Any]], db_path: Path, llm: BaseChat
     """LangChain's SQL question-answering chain, as its tutorial builds it:
     `RunnablePassthrough.assign(query=create_sql_query_chain(llm, db)).assign(result=itemgetter("query") |
     QuerySQLDatabaseTool(db=db)) | answer_prompt | llm | StrOutputParser()`, run in two halves so the
-    SQL can be scored. Each item gets its own copy of `db_path` (the chain may write)."""
+    SQL can be scored. Each item gets its own copy of `db_path` (the chain may write).
+    """
     from operator import itemgetter
 
     from langchain_classic.chains import create_sql_query_chain
@@ -300,7 +310,8 @@ def run_sql_chain_peer(items: list[dict[str, Any]], db_path: Path, llm: BaseChat
 
 def build_kuzu_graph(kuzu_dir: Path, sample_dir: Path = SAMPLE_DIR) -> Path:
     """Load the NovaOps graph into a new Kùzu database under `kuzu_dir` with the LadybugDB
-    loader's plan and DDL (LadybugDB is a Kùzu fork; the DDL and COPY syntax are shared)."""
+    loader's plan and DDL (LadybugDB is a Kùzu fork; the DDL and COPY syntax are shared).
+    """
     import kuzu
 
     from ingest.graph_loader import _count_query, _ident, _ladybug_ddl, _plan
@@ -364,7 +375,8 @@ def run_kuzu_peer(items: list[dict[str, Any]], kuzu_dir: Path, llm: BaseChatMode
     Kùzu and LadybugDB (its fork) cannot live in one process: both register the same pybind11
     types ("type 'Database' is already registered"). So once tramita's graph tool has imported
     ladybug (or with `isolate=True`), the chain runs in a spawned process, which loads its own copy
-    of the model."""
+    of the model.
+    """
     if isolate is None:
         isolate = "ladybug" in sys.modules
     if not isolate:
@@ -452,9 +464,10 @@ class ToolLog:
 
 
 def business_tools(engine: Engine, user_id: str, lang: str, today: date, log: ToolLog) -> list[BaseTool]:
-    """tramita's business tools as LangChain tools: the same handlers, argument preparation
+    """The business tools of tramita as LangChain tools: the same handlers, argument preparation
     (coercion, name → id resolution, schema validation), handler checks and permission rule as
-    tramita's execute path. Errors come back to the agent as the tool's text result."""
+    tramita's execute path. Errors come back to the agent as the tool's text result.
+    """
     from tools.business.base import ToolContext, ToolError
     from tools.business.schema_check import prepare_value
     from tools.registry import Registry
@@ -505,6 +518,7 @@ def asks_confirmation(text: str) -> bool:
 
 
 def react_system_prompt(user_id: str, engine: Engine) -> str:
+    """The ReAct peer's system prompt, naming the write tools it must confirm before calling (same rule as tramita)."""
     from tools.registry import Registry
     from tramita.base.prompts import render
 
@@ -518,7 +532,8 @@ def react_system_prompt(user_id: str, engine: Engine) -> str:
 
 def _final_checks(item: dict[str, Any], engine: Engine, before: dict[str, Any], executed_writes: list[str]) -> dict[str, bool]:
     """final_db and no_other_writes, as tramita.lab.evaluation.conversations checks them
-    (`executed_writes`: the write tools that ran, as the registry's policies classify them)."""
+    (`executed_writes`: the write tools that ran, as the registry's policies classify them).
+    """
     from sqlalchemy import text
 
     final: dict[str, bool] = {}
@@ -540,7 +555,8 @@ def run_react_peer(conversation_items: list[dict[str, Any]], pristine_db: Path, 
     Per turn: the tools executed; `executed` is checked like tramita's (the expected tool ran; when
     nothing may run, no write ran); a write is unconfirmed unless the previous reply asked for
     confirmation and this message is an explicit yes. Success: every turn's check, final_db and
-    no_other_writes."""
+    no_other_writes.
+    """
     from langgraph.checkpoint.memory import InMemorySaver
 
     from ingest.sql_loader import copy_sqlite
@@ -608,7 +624,8 @@ def run_react_peer(conversation_items: list[dict[str, Any]], pristine_db: Path, 
 
 def question_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """An eval record of tramita (`QuestionResult.to_json()`, as in `<out>/items.jsonl`) in the
-    peers' record shape, so a finished `tramita eval` is compared without running it again."""
+    peers' record shape, so a finished `tramita eval` is compared without running it again.
+    """
     t = r.get("trace") or {}
     query = r.get("sql") or r.get("cypher") or {}
     exec_correct = r["sql"].get("correct") if r.get("sql") else (r["cypher"].get("correct") if r.get("cypher") else None)
@@ -625,8 +642,9 @@ def question_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
 
 def run_tramita_questions(items: list[dict[str, Any]], pristine_db: Path, workdir: Path,
                           settings: Settings) -> list[dict[str, Any]]:
-    """tramita on the same questions (tramita.lab.evaluation.questions.run_question), in the peers'
-    record shape."""
+    """Run tramita on the same questions (tramita.lab.evaluation.questions.run_question), in the peers'
+    record shape.
+    """
     from tramita.lab.evaluation.questions import run_question
 
     out = []
@@ -639,7 +657,8 @@ def run_tramita_questions(items: list[dict[str, Any]], pristine_db: Path, workdi
 def conversation_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """An eval record of a tramita conversation (`ConversationResult.to_json()`) in the peers'
     shape; `ok` is tramita's full rule set, `ok_peer_rules` the subset the peer is scored on
-    (executed per turn, answer facts, final_db, no_other_writes)."""
+    (executed per turn, answer facts, final_db, no_other_writes).
+    """
     turns: list[dict[str, Any]] = []
     for t in r["turns"]:
         tr = t.get("trace") or {}
@@ -659,7 +678,7 @@ def conversation_record(r: dict[str, Any], item: dict[str, Any]) -> dict[str, An
 
 def run_tramita_conversations(items: list[dict[str, Any]], pristine_db: Path, workdir: Path,
                               settings: Settings) -> list[dict[str, Any]]:
-    """tramita on the same conversations, in the peers' record shape (`conversation_record`)."""
+    """Run tramita on the same conversations, in the peers' record shape (`conversation_record`)."""
     from tramita.lab.evaluation.conversations import run_item
 
     out = []
@@ -717,7 +736,8 @@ def peer_summary(kind: str, items: list[dict[str, Any]], *, pristine_db: Path, w
     (tramita / peer) and every record. `kind`: sql, graph, refuse (must_refuse items through the
     SQL chain) or conversations. `settings` name the stores (graph, Chroma) and the LLM profile, as
     for `tramita eval`; `pristine_db` is a SQLite dataset that is only copied. `ours`: tramita's
-    records of a finished `tramita eval` on these items (then tramita is not run again)."""
+    records of a finished `tramita eval` on these items (then tramita is not run again).
+    """
     if kind not in PEER_KINDS:
         raise ValueError(f"unknown peer kind {kind!r}; choose from {', '.join(PEER_KINDS)}")
     say = on_progress or (lambda _m: None)
@@ -744,7 +764,8 @@ def peer_summary(kind: str, items: list[dict[str, Any]], *, pristine_db: Path, w
 
 def peer_items(kind: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The items a peer is built for: sql / graph = single-backend questions of that backend,
-    refuse = must_refuse questions, conversations = every conversation."""
+    refuse = must_refuse questions, conversations = every conversation.
+    """
     if kind == "conversations":
         return list(items)
     if kind == "refuse":
@@ -764,7 +785,8 @@ def compare_eval(eval_kind: str, items: list[dict[str, Any]], records: dict[str,
                  pristine_db: Path, out: Path, settings: Settings,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """`tramita eval ... --peers`: the peers on the items of a finished eval, compared with the
-    eval's own tramita records (tramita is not run twice). Writes peers.json and peers.md to `out`."""
+    eval's own tramita records (tramita is not run twice). Writes peers.json and peers.md to `out`.
+    """
     backend = settings.llm_profile
     kinds = ["conversations"] if eval_kind == "conversations" else ["sql", "graph", "refuse"]
     to_record = conversation_record if eval_kind == "conversations" else question_record
@@ -791,7 +813,8 @@ def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, settings: Se
     """`tramita bench peers`: every kind on the same first `limit` items, one process, one model
     file, on a dataset loaded fresh from the sample (never the data directory's, which earlier
     runs may have written to); graph and documents are those of `settings`. Writes peers.json and
-    peers.md to `out`."""
+    peers.md to `out`.
+    """
     from tramita.lab.evaluation.runner import check_stores, prepare_pristine
 
     backend = settings.llm_profile
@@ -816,6 +839,7 @@ def run_peer_comparison(kinds: list[str], *, limit: int, out: Path, settings: Se
 
 
 def render_comparison(summary: dict[str, Any]) -> str:
+    """The text of peers.md: per kind, tramita and the peer side by side, the ratios, and the deviations."""
     lines = [f"# tramita vs. peers — backend {summary['backend']}, up to {summary['limit']} items per kind", ""]
     for kind, res in summary["kinds"].items():
         t, p, r = res["tramita"], res["peer_summary"], res["ratios_tramita_over_peer"]

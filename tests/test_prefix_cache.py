@@ -1,0 +1,139 @@
+"""The static-prefix KV cache (tools/prefix_cache.py) and its accounting in the turn trace.
+
+The real-model tests prove what matters: a call whose static prefix is restored from a saved state
+gives exactly the output of a call that evaluates every token, at temperature 0, and pays only for
+the new tokens. They are short (small prompts, a few output tokens): the CI machine has 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel
+
+from graph.state import TurnTrace, merge_trace
+from tools.llm import Usage
+from tools.prefix_cache import PrefixCache, common_prefix, model_identity
+
+
+# ----------------------------------------------------------------------------- without a model
+def test_common_prefix() -> None:
+    a = np.array([1, 2, 3, 4], dtype=np.int32)
+    assert common_prefix(a, np.array([1, 2, 3, 4, 5], dtype=np.int32)) == 4
+    assert common_prefix(a, np.array([1, 2, 9], dtype=np.int32)) == 2
+    assert common_prefix(a, np.array([], dtype=np.int32)) == 0
+    assert common_prefix(a, np.array([7], dtype=np.int32)) == 0
+
+
+def test_key_changes_with_tokens_and_model(tmp_path: Path) -> None:
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"x" * 10)
+    one = PrefixCache(model_identity(str(weights), flash_attn=False))
+    toks = np.array([5, 6, 7], dtype=np.int32)
+    assert one.key(toks) == one.key(toks.copy())
+    assert one.key(toks) != one.key(np.array([5, 6, 8], dtype=np.int32))  # a prompt or schema edit
+    assert one.key(toks) != PrefixCache(model_identity(str(weights), flash_attn=True)).key(toks)  # KV layout
+    weights.write_bytes(b"y" * 11)  # another model file at the same path
+    assert one.key(toks) != PrefixCache(model_identity(str(weights), flash_attn=False)).key(toks)
+
+
+def test_usage_counts_cached_tokens_and_the_trace_adds_them() -> None:
+    usage = Usage()
+    usage.add(AIMessage("x", usage_metadata={"input_tokens": 300, "output_tokens": 5, "total_tokens": 305,
+                                             "input_token_details": {"cache_read": 250}}), 0.5)
+    usage.add(AIMessage("y", usage_metadata={"input_tokens": 100, "output_tokens": 5, "total_tokens": 105}), 0.5)
+    assert (usage.prompt_tokens, usage.cached_tokens) == (400, 250)
+    t = merge_trace(None, TurnTrace(route="__reset__", nodes=["route_turn"]))
+    assert "cached_tokens" not in t  # additive: a turn without LLM calls keeps its old shape
+    t = merge_trace(t, TurnTrace(nodes=["plan"], **usage.trace()))  # type: ignore[typeddict-item]
+    t = merge_trace(t, TurnTrace(nodes=["synthesize"], cached_tokens=50, first_token_s=1.25))
+    assert t["cached_tokens"] == 300 and t["prompt_tokens"] == 400 and t["first_token_s"] == 1.25
+
+
+# ----------------------------------------------------------------------------- with the real model
+class Pick(BaseModel):
+    decision: Literal["confirm", "reject", "other"]
+
+
+SYSTEM_A = ("The assistant showed a summary of an action and asked the user to confirm it. Classify the "
+            "user's reply. Reply with JSON only: {\"decision\": \"confirm\" | \"reject\" | \"other\"}.\n"
+            "- confirm: the user clearly says yes to the action as shown.\n- reject: the user clearly says no.\n"
+            "- other: anything else (a question, a change, an unrelated request, unclear text).")
+SYSTEM_B = "You answer in one short sentence, in the language of the question."
+
+
+@pytest.fixture(scope="module")
+def gguf() -> str:
+    from tools.model_assets import gguf_path
+
+    if not os.environ.get("TRAMITA_MODELS_DIR") and not os.environ.get("TRAMITA_DATA_DIR"):
+        pytest.skip("set TRAMITA_MODELS_DIR to a folder with the GGUF")
+    return str(gguf_path())
+
+
+def _model(gguf: str, **kw: Any) -> Any:
+    from tools.llamacpp_chat import ChatLlamaCppShared
+
+    return ChatLlamaCppShared(model_path=gguf, temperature=0.0, max_tokens=kw.pop("max_tokens", 12), **kw)
+
+
+def _cold(model: Any) -> None:
+    """Forget the live context, so the next call evaluates every prompt token."""
+    loaded = model.loaded()
+    loaded.llama.reset()
+
+
+@pytest.mark.real_model
+def test_cached_prefix_gives_the_uncached_output(gguf: str) -> None:
+    uncached = _model(gguf, prefix_cache_mib=0)
+    cached = _model(gguf, prefix_cache_mib=64)
+    asks = [[SystemMessage(SYSTEM_A), HumanMessage("Summary shown: aprovar EXP-0264\nUser reply: \"\"\"sim, pode\"\"\"")],
+            [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: abrir ticket P2\nUser reply: \"\"\"e o prazo?\"\"\"")]]
+    other = [SystemMessage(SYSTEM_B), HumanMessage("Qual a capital da França?")]
+    structured_uncached = uncached.with_structured_output(Pick, include_raw=True)
+    reference = []
+    for msgs in asks:
+        _cold(uncached)
+        out = structured_uncached.invoke(msgs)
+        assert out["raw"].usage_metadata["input_token_details"]["cache_read"] == 0
+        reference.append(out["raw"].content)
+    _cold(uncached)
+    ref_text = uncached.invoke(asks[0]).content
+
+    structured = cached.with_structured_output(Pick, include_raw=True)
+    _cold(cached)
+    first = structured.invoke(asks[0])  # a miss: evaluates and saves the static prefix
+    assert first["raw"].content == reference[0]
+    assert first["raw"].response_metadata["prefix_saved"] is True
+    cached.invoke(other)  # another component in between: the live context no longer matches
+    second = structured.invoke(asks[1])
+    raw = second["raw"]
+    assert raw.content == reference[1], "a restored prefix must not change the output"
+    assert raw.response_metadata["prefix_cache"] == "ram"
+    prompt, reused = raw.usage_metadata["input_tokens"], raw.usage_metadata["input_token_details"]["cache_read"]
+    assert reused > 0.6 * prompt and raw.response_metadata["prompt_eval_tokens"] == prompt - reused
+    cached.invoke(other)
+    text = cached.invoke(asks[0])  # free text on the same static prefix
+    assert text.content == ref_text
+    assert text.response_metadata["prefix_cache"] == "ram"
+
+
+@pytest.mark.real_model
+def test_partial_prefix_match_is_truncated_correctly(gguf: str) -> None:
+    """A prompt that shares only part of a saved prefix restores that part and evaluates the rest."""
+    cached = _model(gguf, prefix_cache_mib=64, max_tokens=8)
+    longer = SYSTEM_A + "\nBe strict: a reply that changes anything is other."
+    msgs = [SystemMessage(longer), HumanMessage("Summary shown: aprovar EXP-0264\nUser reply: \"\"\"não\"\"\"")]
+    _cold(cached)
+    reference = _model(gguf, prefix_cache_mib=0, max_tokens=8).invoke(msgs).content
+    cached.loaded().cache.clear()
+    cached.invoke([SystemMessage(SYSTEM_A), HumanMessage("Summary shown: x\nUser reply: \"\"\"sim\"\"\"")])
+    cached.invoke([SystemMessage(SYSTEM_B), HumanMessage("Olá")])
+    out = cached.invoke(msgs)
+    assert out.content == reference
+    assert out.response_metadata["prefix_cache"] == "ram" and out.response_metadata["prefix_restored"] > 0

@@ -1,0 +1,109 @@
+"""Backend vocabularies read from the data files that declare them (the planner embeds these).
+
+Why here: the planner matches a question against what each backend says it holds, in that
+backend's own declared words — the semantic model's entities, measures, dimensions, segments and
+worked questions for SQL; the named graph patterns' descriptions and examples for the graph — so no
+hand-kept word list decides a route. Each backend's `vocabulary(services)` calls one of these; each
+result is cached per file version (path, modification time, size).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from tramita.base.logmask import get_logger
+
+log = get_logger("tramita.planner")
+
+_LOCK = threading.Lock()
+_CACHE: dict[tuple[str, str, int, int], list[str]] = {}
+
+
+def _cached(kind: str, path: Path, build: Callable[[Path], list[str]]) -> list[str]:
+    """`build(path)` once per file version; [] for a missing or unreadable file (logged)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return []
+    key = (kind, str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    with _LOCK:
+        hit = _CACHE.get(key)
+    if hit is not None:
+        return list(hit)
+    try:
+        texts = build(path)
+    except Exception as exc:  # noqa: BLE001 - a broken file leaves the backend with its description only
+        log.warning("planner vocabulary: %s unusable: %s", path, exc)
+        texts = []
+    with _LOCK:
+        _CACHE[key] = texts
+    return list(texts)
+
+
+def _phrase(description: str, synonyms: list[str]) -> str:
+    """"description: synonym, synonym" — one text per declared thing."""
+    words = ", ".join(s for s in synonyms if s)
+    return f"{description}: {words}" if description and words else description or words
+
+
+def semantic_model_vocabulary(path: Path) -> list[str]:
+    """The semantic model's declared words: each entity, dimension, measure and segment as
+    "description: synonyms", and each worked example question.
+    """
+    return _cached("semantic", path, _semantic_texts)
+
+
+def _semantic_texts(path: Path) -> list[str]:
+    from tools.semantic_model import load_semantic_model
+
+    spec = load_semantic_model(path)
+    texts: list[str] = []
+    for ent in spec.entities.values():
+        texts.append(_phrase(ent.description, ent.synonyms))
+        for group in (ent.dimensions, ent.measures, ent.segments):
+            for item in group.values():
+                if item.description or item.synonyms:
+                    texts.append(_phrase(f"{ent.description} — {item.description}".strip(" —"), item.synonyms))
+    texts.extend(ex.question for ex in spec.examples)
+    return list(dict.fromkeys(t for t in texts if t))
+
+
+def graph_patterns_vocabulary(path: Path) -> list[str]:
+    """Every named graph pattern's description and example questions."""
+    return _cached("patterns", path, _pattern_texts)
+
+
+def _pattern_texts(path: Path) -> list[str]:
+    from tools.graph_patterns import load_patterns
+
+    return list(dict.fromkeys(t for p in load_patterns(path).patterns for t in p.embedding_texts()))
+
+
+def semantic_units(path: Path) -> dict[str, str]:
+    """Column and measure name → unit ("amount_usd" → "USD", "avg_minutes_to_ack" → "minutes"),
+    as the semantic model declares them; answers take their units from here, never from a guess.
+    """
+    lines = _cached("units", path, lambda p: [f"{k}\t{v}" for k, v in _units(p).items()])
+    return dict(line.split("\t", 1) for line in lines)  # type: ignore[misc]
+
+
+def _units(path: Path) -> dict[str, str]:
+    from tools.semantic_model import load_semantic_model
+
+    out: dict[str, str] = {}
+    for ent in load_semantic_model(path).entities.values():
+        for name, dim in ent.dimensions.items():
+            if dim.unit:
+                out[dim.column or name] = dim.unit
+                out[name] = dim.unit
+        for name, meas in ent.measures.items():
+            if meas.unit:
+                out[name] = meas.unit
+    return out
+
+
+def semantic_model_file(dataset_dir: Path) -> Path:
+    """Where a dataset keeps its semantic model (next to its schema, like graph_patterns.yaml)."""
+    return dataset_dir / "semantic_model.yaml"
