@@ -39,6 +39,11 @@ from tramita.base.text import fold
 ROOT = Path(__file__).resolve().parents[1]
 DEV_FILES = ("questions.dev.jsonl", "conversations.dev.jsonl")
 DEFAULT_GLOBS = ("prompts/*.txt", "policies/*.yaml")
+# data, not tuning: files that hold the deployment's own configuration and would name dev
+# entities whatever the dev items asked (the reason is printed with the scan)
+NOT_SCANNED = {
+    "policies/groups.yaml": "who belongs to which permission group: the business contract of sample/novaops/tools.md",
+}
 RESTATE_WORDS = 6
 RESTATE_SHARE = 0.5
 MINOR = "ngram-minor"
@@ -215,8 +220,8 @@ def _ngram_findings(lines: list[str], file: str, dev: DevSet) -> list[Finding]:
 
 
 def default_files(root: Path = ROOT) -> list[Path]:
-    """The prompts, policies and lexicons the test guards."""
-    return sorted(p for g in DEFAULT_GLOBS for p in root.glob(g))
+    """The prompts, policies and lexicons the test guards (`NOT_SCANNED` left out)."""
+    return sorted(p for g in DEFAULT_GLOBS for p in root.glob(g) if str(p.relative_to(root)) not in NOT_SCANNED)
 
 
 def scan(files: Iterable[Path], dev: DevSet | None = None, root: Path = ROOT) -> list[Finding]:
@@ -238,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=4, help="shortest shared word run reported")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if not args.files:
+        for name, why in NOT_SCANNED.items():
+            print(f"not scanned: {name} ({why})")
     findings = scan(args.files or default_files(), load_dev(n=args.n))
     if args.json:
         print(json.dumps([asdict(f) for f in findings], ensure_ascii=False, indent=1))

@@ -42,6 +42,13 @@ def ingest_all(settings: Settings, *, reset: bool = False, progress: bool = True
     step("sql", lambda: load_sql(settings.sql_url, settings.dataset_dir, reset=reset, progress=progress))
     if settings.sql_url.startswith("postgres") and not settings.pg_readonly_url:
         step("sql read-only role", lambda: readonly_url(settings.sql_url, settings.dataset_dir).split("@")[-1])
+    model_file = settings.semantic_model_file()
+    if settings.semantic_model is not None or model_file.exists():
+        from tools.database import writer_engine as _engine
+        from tools.semantic_layer import check_model
+
+        # checked against the live tables: a model naming a missing column fails here, naming the entry
+        step("semantic model", lambda: check_model(model_file, _engine(settings.sql_url)))
     from ingest.graph_loader import load_graph
 
     step("graph", lambda: load_graph(settings.graph_url, settings.dataset_dir, reset=reset, progress=progress))

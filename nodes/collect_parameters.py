@@ -24,19 +24,17 @@ from graph.context import Context
 from graph.state import State, Transaction
 from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, user_text
 from tools.business.base import ToolError
-from tools.llm import LLMError, Usage, structured_call
+from tools.llm import LLMError, Usage
 from tools.registry_models import ToolSpec
 from tramita.base.faults import crash_point
 from tramita.base.text import is_question
 from tramita.core.confirmation import is_assent, mentions_cancel
 from tramita.core.extraction import (
     correction_allowed,
-    describe_pending,
     deterministic,
-    extraction_schema,
     free_text,
-    grounded,
     kind_of,
+    llm_values,
     marked_values,
     unknown_references,
 )
@@ -55,32 +53,9 @@ from tramita.core.precedence import (
 )
 from tramita.core.replies import say
 from tramita.core.request_forms import read_form
-from tramita.core.spans import has_content, verify
+from tramita.core.spans import has_content
 from tramita.core.thread_refs import Resolution, from_args, own_rows, ref_table, resolve, thread_ref_rules
 from tramita.core.transactions import advance, apply_values, ended, new_transaction
-
-
-def _llm_values(spec: ToolSpec, tx: Transaction, text: str, names: list[str], ctx: Context,
-                usage: Usage, others: list[Any]) -> dict[str, Any]:
-    """One extraction call for the pending `names`. Typed values must be grounded in the message;
-    free text must be a span of it (the model only points at one): the stored value is the
-    message's own words, trimmed, and a paraphrase or an apology-only span is dropped.
-    """
-    schema = extraction_schema(names)
-    known = {k: v for k, v in tx.get("args", {}).items()}
-    out = structured_call("transaction_parameter_extraction", schema, "extract_parameters", backend=ctx.llm_backend,
-                          usage=usage, tool=spec.name, description=spec.description, rules=spec.rules or "-",
-                          known=known or "-", pending=describe_pending(spec, names), today=ctx.today, message=text)
-    values = {k: v for k, v in out.model_dump().items() if v not in (None, "", "null")}
-    kept: dict[str, Any] = {}
-    for k, v in values.items():
-        if kind_of(spec.properties[k]) == "text":
-            verdict = verify(v, text, others)
-            if verdict.value is not None:
-                kept[k] = verdict.value
-        elif grounded(v, spec.properties[k], text):
-            kept[k] = v
-    return kept
 
 
 def _references(spec: ToolSpec, text: str, pending: list[str], state: State, ctx: Context) -> Resolution:
@@ -183,7 +158,8 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
         askable = [p for p in pending if kind_of(spec.properties[p]) not in skip]
         if askable:
             try:
-                llm = _llm_values(spec, tx, text, askable, ctx, usage, others)
+                llm = llm_values(spec, tx["args"], text, askable, backend=ctx.llm_backend, today=ctx.today,
+                                 usage=usage, others=others)
                 raw.update({k: v for k, v in llm.items() if k not in raw})
             except LLMError as exc:
                 llm_failed = str(exc)

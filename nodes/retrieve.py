@@ -19,7 +19,7 @@ from tools.backends import BACKENDS, BackendCall
 from tools.llm import Usage
 
 _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="retrieve")
-UNSAFE = ("UnsafeSQLError", "UnsafeCypherError")
+UNSAFE = ("UnsafeSQLError", "UnsafeCypherError", "SSRF_REFUSED")
 
 
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ _LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b", re.IGNOR
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
 _TABLE_LINE = re.compile(r"^\s*\|?[^|\n]*\|[^|\n]*\|")
-_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|$)")
+_SENTENCE = re.compile(r".+?(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)  # "23.183,12" does not end a sentence
 _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
 
 
@@ -45,7 +45,8 @@ _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
 def render_contexts(contexts: list[dict[str, Any]], lang: str = "en", units: Mapping[str, str] | None = None,
                     max_chars: int = 4500) -> str:
     """Context block for synthesis: each backend renders its own result under its citation tag;
-    query results are presented first (numbers per `lang`, units from `units`)."""
+    query results are presented first (numbers per `lang`, units from `units`).
+    """
     parts = []
     for c in contexts:
         if c.get("error") or c.get("backend") not in BACKENDS:
@@ -84,9 +85,9 @@ def gap_sentence(failed: Iterable[str], lang: str) -> str:
 def _units(ctx: Context) -> dict[str, str]:
     """The semantic model's units for this deployment ({} when there is none to read)."""
     try:
-        from tools.backends.vocabulary import semantic_model_file, semantic_units
+        from tools.backends.vocabulary import semantic_units
 
-        return semantic_units(semantic_model_file(svc(ctx).settings.dataset_dir))
+        return semantic_units(svc(ctx).settings.semantic_model_file())
     except Exception:  # noqa: BLE001 - units then come from column names only
         return {}
 
@@ -160,8 +161,8 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     lang = lang_of(state)
     usage = Usage()
     contexts = state.get("contexts", []) or []
-    planned = set((state.get("plan") or {}).get("backends") or [c.get("backend") for c in contexts])
-    failed = [c["backend"] for c in contexts if c.get("error") and c.get("backend") in planned]
+    planned = {str(b) for b in (state.get("plan") or {}).get("backends") or [c.get("backend") for c in contexts]}
+    failed = [str(c["backend"]) for c in contexts if c.get("error") and str(c.get("backend")) in planned]
     gap = gap_sentence(failed, lang)
     answered = [c for c in contexts if not c.get("error")]
     with_material = [c for c in answered if c.get("rows") or c.get("items")]

@@ -626,6 +626,8 @@ class PatternEngine:
         if cached is None:
             cached = build_gazetteer(self.patterns, engine, tool)
             with _lock:
+                if len(_gazetteers) >= 16:  # an eval opens one SQL engine per item
+                    _gazetteers.clear()
                 _gazetteers[key] = cached
         return cached
 

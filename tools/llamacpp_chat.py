@@ -264,7 +264,8 @@ class ChatLlamaCppShared(BaseChatModel):
                              input_token_details=InputTokenDetails(cache_read=acct.reused))
         yield AIMessageChunk(content="", usage_metadata=meta, chunk_position="last", response_metadata={
             "seconds": elapsed, "first_token_s": clock.first, "finish_reason": finish,
-            "prompt_eval_tokens": acct.evaluated, "prefix_cache": acct.source, "prefix_restored": acct.restored,
+            "prompt_eval_tokens": acct.evaluated, "prefix_tokens": boundary, "prefix_cache": acct.source,
+            "prefix_restored": acct.restored,
             "prefix_saved": acct.saved, "prefix_cache_s": round(acct.restore_s, 4), "model_name": self.model_path})
 
     def _generate(

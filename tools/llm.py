@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -127,11 +127,13 @@ class Usage:
     seconds: float = 0.0
     cached_tokens: int = 0
     first_token_s: float | None = None
+    last_call: dict[str, Any] = field(default_factory=dict)  # the last reply's response_metadata (the bench reads it)
 
     def add(self, msg: AIMessage | None, seconds: float) -> None:
         """Count one call (failed calls count too, with the time they took)."""
         self.calls += 1
         self.seconds += seconds
+        self.last_call = dict(getattr(msg, "response_metadata", None) or {})
         meta = getattr(msg, "usage_metadata", None) or {}
         self.prompt_tokens += int(meta.get("input_tokens", 0))
         self.completion_tokens += int(meta.get("output_tokens", 0))

@@ -60,6 +60,7 @@ __all__ = [
     "SemanticQueryError",
     "SemanticRun",
     "answer_semantic",
+    "check_model",
     "layer_for",
     "period_bounds",
 ]
@@ -213,9 +214,9 @@ def question_periods(question: str, today: str) -> list[tuple[str, str]]:
         r"\bontem\b|\byesterday\b": f"{day - dt.timedelta(days=1)}",
     }
     for pattern, period in relative.items():
-        m = re.search(pattern, text)
-        if m:
-            out.append((m.group(0), period))
+        found = re.search(pattern, text)
+        if found:
+            out.append((found.group(0), period))
     return out
 
 
@@ -358,16 +359,19 @@ class SemanticLayer:
         seg = names("Segment", self.segment_names)
         op = names("Operator", list(OPERATORS))
         value_type: Any = str | float | list[str | float] | None
+        direction: Any = Literal["asc", "desc"]
         filt: Any = create_model("Filter", __base__=_Strict, field=(fld, ...), op=(op, ...), value=(value_type, ...))
-        order: Any = create_model("Order", __base__=_Strict, field=(ordr, ...),
-                                  direction=(Literal["asc", "desc"], ...))
+        order: Any = create_model("Order", __base__=_Strict, field=(ordr, ...), direction=(direction, ...))
         items = Field(max_length=MAX_ITEMS)
+        fields: dict[str, Any] = {
+            "expressible": (bool, ...), "measures": (list.__class_getitem__(meas), items),
+            "dimensions": (list.__class_getitem__(dim), items), "segments": (list.__class_getitem__(seg), items),
+            "filters": (list.__class_getitem__(filt), items), "order": (list.__class_getitem__(order), items),
+            "limit": (int | None, Field(ge=1, le=1000))}
         model: type[BaseModel] = create_model(
             "SemanticQuery", __base__=_GrammarSchema,
             __doc__="ONE query over the semantic model; expressible=false when it cannot answer the question.",
-            expressible=(bool, ...), measures=(list[meas], items), dimensions=(list[dim], items),
-            segments=(list[seg], items), filters=(list[filt], items), order=(list[order], items),
-            limit=(int | None, Field(ge=1, le=1000)))
+            **fields)
         return model
 
     # -------------------------------------------------------------------------------- parse
@@ -483,7 +487,9 @@ class SemanticLayer:
 
     def _member(self, ref: Ref, name: str, kind: str) -> Ref:
         ent = self.spec.entities[ref.entity]
-        pool = {"measure": ent.measures, "segment": ent.segments}.get(kind, ent.dimensions)
+        pools: dict[str, dict[str, Any]] = {"measure": ent.measures, "segment": ent.segments,
+                                             "dimension": ent.dimensions}
+        pool = pools[kind]
         if ref.member not in pool:
             raise SemanticQueryError(f"{name}: {ref.entity} has no {kind} {ref.member!r}")
         if kind == "dimension" and ref.grain is not None and ref.grain not in ent.dimensions[ref.member].time_grains:
@@ -758,7 +764,7 @@ class SemanticLayer:
         fn = compare[op]
         return lambda t: fn(col(t), value)
 
-    def _sqlglot_schema(self) -> dict[str, dict[str, str]]:
+    def _sqlglot_schema(self) -> dict[str, object]:
         sql_type = {"string": "TEXT", "integer": "BIGINT", "number": "DOUBLE", "date": "DATE",
                     "timestamp": "TIMESTAMP", "boolean": "BOOLEAN"}
         return {t: {c: sql_type[column_kind(ty)] for c, ty in info.columns.items()} for t, info in self.catalog.items()}
@@ -775,7 +781,7 @@ class SemanticLayer:
                 text = dname
                 if d.values:
                     text += "{" + "|".join(d.values) + "}"
-                notes = []
+                notes: list[str] = []
                 if d.time_grains:
                     notes.append(self.kind(ename, dname))
                 if d.unit:
@@ -792,10 +798,7 @@ class SemanticLayer:
                 lines.append("  segments: " + "; ".join(f"{s} = {seg.description}" if seg.description else s
                                                          for s, seg in ent.segments.items()))
             if ent.joins:
-                lines.append("  joins: " + ", ".join(
-                    f"{j}→{join.entity}" + (" (default)" if join.default else "")
-                    + (f" ({join.description})" if join.description and len(join.description) <= 30 else "")
-                    for j, join in ent.joins.items()))
+                lines.append("  joins: " + ", ".join(f"{j}→{join.entity}" + _join_note(join) for j, join in ent.joins.items()))
         return "\n".join(lines)
 
     def examples_text(self) -> str:
@@ -860,6 +863,13 @@ class SemanticLayer:
             if word:
                 add(f"'{word}' → {ename}")
         return out
+
+
+def _join_note(join: Join) -> str:
+    notes = ["default"] if join.default else []
+    if join.description and len(join.description) <= 30:
+        notes.append(join.description)
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _mentions(text: str, ent: Entity, name: str) -> bool:
@@ -967,7 +977,7 @@ def _dim_expr(column: str, expr: str | None) -> Callable[[Any], Any]:
     tree = sqlglot.parse_one(expr)
     expr_columns(expr)  # checked when the model loaded; repeated so this function stands alone
 
-    def build(node: exp.Expression, t: Any) -> Any:
+    def build(node: exp.Expr, t: Any) -> Any:
         if isinstance(node, exp.Paren):
             return build(node.this, t)
         if isinstance(node, exp.Neg):
@@ -1000,12 +1010,12 @@ _TIDY_RULES = ("qualify", "pushdown_projections", "unnest_subqueries", "eliminat
                "eliminate_joins", "eliminate_ctes", "quote_identifiers")
 
 
-def _tidy(sql: str, dialect: str, schema: dict[str, dict[str, str]]) -> str:
+def _tidy(sql: str, dialect: str, schema: dict[str, object]) -> str:
     try:
         import sqlglot
         from sqlglot.optimizer import RULES, optimize
 
-        rules = [r for r in RULES if r.__name__ in _TIDY_RULES]
+        rules = [r for r in RULES if getattr(r, "__name__", "") in _TIDY_RULES]
         tree = optimize(sqlglot.parse_one(sql, read=dialect), schema=schema, dialect=dialect, rules=rules)
         return str(tree.sql(dialect=dialect))
     except Exception:  # noqa: BLE001 - tidying is cosmetic: the library's SQL is correct as it is
@@ -1129,3 +1139,18 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         asked = (f"{question}\n(Your previous query {json.dumps(run.query_object, ensure_ascii=False)} was refused: "
                  f"{run.reason}. Write a corrected query, or expressible=false.)")
     return run
+
+
+def check_model(path: Path, engine: Any) -> dict[str, int]:
+    """`tramita ingest`'s check: the model file against the live database (tables, columns, join
+    keys; `tools.semantic_model.validate_against_database`), then every worked example compiled for
+    the database's dialect. `PolicyError` names the file and the entry.
+    """
+    from tools.semantic_model import catalog_from_engine, validate_against_database
+
+    counts = validate_against_database(path, engine)
+    spec = load_semantic_model(path)
+    catalog = catalog_from_engine(engine, [e.table_name(n) for n, e in spec.entities.items()])
+    dialect = "postgres" if engine.dialect.name.startswith("postgres") else engine.dialect.name
+    SemanticLayer(spec, catalog, dialect, source=str(path))
+    return {**counts, "examples": len(spec.examples)}

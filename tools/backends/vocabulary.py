@@ -102,8 +102,3 @@ def _units(path: Path) -> dict[str, str]:
             if meas.unit:
                 out[name] = meas.unit
     return out
-
-
-def semantic_model_file(dataset_dir: Path) -> Path:
-    """Where a dataset keeps its semantic model (next to its schema, like graph_patterns.yaml)."""
-    return dataset_dir / "semantic_model.yaml"

@@ -31,6 +31,7 @@ class Settings:
     pg_readonly_url: str = ""
     dataset_dir: Path = SAMPLE_DIR
     graph_patterns: Path | None = None  # named graph patterns; None: <dataset_dir>/graph_patterns.yaml
+    semantic_model: Path | None = None  # the SQL semantic layer's model; None: <dataset_dir>/semantic_model.yaml
     llm_profile: str = "local"
 
     @classmethod
@@ -56,6 +57,7 @@ class Settings:
             # READ ONLY transaction is the remaining guard, and `tramita doctor` warns).
             pg_readonly_url=_env("TRAMITA_SQL_READONLY_URL", ""),
             graph_patterns=Path(patterns) if (patterns := os.environ.get("TRAMITA_GRAPH_PATTERNS")) else None,
+            semantic_model=Path(model) if (model := os.environ.get("TRAMITA_SEMANTIC_MODEL")) else None,
         )
 
     def graph_patterns_file(self) -> Path:
@@ -63,6 +65,12 @@ class Settings:
         `graph_patterns.yaml`, because the traversals a company asks about belong with its data.
         """
         return self.graph_patterns or self.dataset_dir / "graph_patterns.yaml"
+
+    def semantic_model_file(self) -> Path:
+        """The semantic model of SQL questions (tools.semantic_model): `semantic_model`, else the
+        dataset's own `semantic_model.yaml`, because what its tables mean belongs with its data.
+        """
+        return self.semantic_model or self.dataset_dir / "semantic_model.yaml"
 
     def with_profile(self, profile: str | None) -> Settings:
         """These settings with another LLM profile (the CLI's --profile)."""

@@ -88,7 +88,8 @@ def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[s
 def detect_language(text: str, default: str = "pt") -> str:
     """'pt' or 'en' by function-word votes; accents are a strong Portuguese signal. A tie (a short
     question with no function word, "Minimum password length?") is broken by spelling
-    (`orthography` in policies/language.yaml), and only then falls back to `default`."""
+    (`orthography` in policies/language.yaml), and only then falls back to `default`.
+    """
     words_only = text.split()
     unnamed = " ".join(w for i, w in enumerate(words_only) if not (i and w[:1].isupper()))  # names do not vote
     if re.search(r"[ãõçáéíóúâêô]", unnamed.lower()):

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, create_model, model_validator
 from sqlalchemy import Engine
 
+from tools.llm import Usage, structured_call
 from tools.references import load_references, reference_candidates
 from tools.registry_models import ToolSpec
 from tramita.base.text import fold
@@ -250,6 +251,31 @@ def grounded(value: Any, schema: dict[str, Any], message: str) -> bool:
         digits = re.sub(r"\D", "", str(value).split(".")[0])
         return bool(digits) and digits in re.sub(r"\D", "", message)
     return fold(str(value)) in fold(message)
+
+
+def llm_values(spec: ToolSpec, known: dict[str, Any], text: str, names: list[str], *, backend: str | None,
+               today: str, usage: Usage, others: list[Any]) -> dict[str, Any]:
+    """One extraction call (prompts/extract_parameters.txt) for the pending `names`.
+
+    Typed values must be grounded in the message; free text must be a span of it (the model only
+    points at one): the value kept is the message's own words, trimmed (`spans.verify`), and a
+    paraphrase, an invention or an apology-only span is dropped, so the parameter stays pending.
+    Raises `tools.llm.LLMError` when the model fails twice.
+    """
+    schema = extraction_schema(names)
+    out = structured_call("transaction_parameter_extraction", schema, "extract_parameters", backend=backend,
+                          usage=usage, tool=spec.name, description=spec.description, rules=spec.rules or "-",
+                          known=dict(known) or "-", pending=describe_pending(spec, names), today=today, message=text)
+    values = {k: v for k, v in out.model_dump().items() if v not in (None, "", "null")}
+    kept: dict[str, Any] = {}
+    for k, v in values.items():
+        if kind_of(spec.properties[k]) == "text":
+            verdict = spans.verify(v, text, others)
+            if verdict.value is not None:
+                kept[k] = verdict.value
+        elif grounded(v, spec.properties[k], text):
+            kept[k] = v
+    return kept
 
 
 def free_text(spec: ToolSpec) -> list[str]:

@@ -75,7 +75,7 @@ class PlannerFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     descriptions: dict[str, str] = {}
-    matching: Matching = Matching()
+    matching: Matching = Field(default_factory=Matching)
     document_kinds: list[str] = []
 
 
@@ -186,15 +186,16 @@ def vocabularies(services: Services) -> dict[str, list[str]]:
 
 
 def _document_kinds(docs: Sequence[str], masker: Masker, stop: frozenset[str]) -> frozenset[str]:
-    """The kinds of documents: the policy file's words, and the words two or more document titles
-    share (titles are the docs vocabulary texts without a " — section").
+    """The kinds of documents: the policy file's words, and the words that three or more document
+    titles share ("Política …", "… Policy", "Runbook: …", "Postmortem …"; titles are the docs
+    vocabulary texts without a " — section"). Two titles sharing a word is chance ("mudança").
     """
     titles = [t for t in docs[1:] if " — " not in t]
     counts: dict[str, int] = {}
     for title in titles:
         for w in masker.words(title, stop):
             counts[w] = counts.get(w, 0) + 1
-    shared = {w for w, n in counts.items() if n >= 2}
+    shared = {w for w, n in counts.items() if n >= 3}
     return frozenset(shared | {_stem(fold(w)) for w in _file().document_kinds})
 
 
@@ -352,16 +353,18 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         vector = model.embed_query(index.masker.mask(text))
         matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m), m))
     names = list(index.index.names)
-    chosen = [x.best for x in matches if x.decision == "clear" and x.best]
     kinds = index.masker.words(question, index.stop) & index.document_kinds
-    if kinds and "docs" in names:
-        chosen.append("docs")
-    chosen = [n for n in names if n in chosen]
-    if chosen:
+    docs = ["docs"] if kinds and "docs" in names else []
+    whole, pieces = matches[0], matches[1:]
+    # one question: its own match decides; a question asking several things is clear only when
+    # every part is (each part then adds its winner), otherwise the LLM sees all their candidates
+    decided = pieces if pieces else [whole]
+    if all(x.decision == "clear" for x in decided):
+        chosen = [n for n in names if n in {x.best for x in decided} | set(docs)]
         why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "")
         return Route("clear", chosen, chosen, matches, why)
-    whole = matches[0]
-    candidates = {n for x in matches for n in x.close} if whole.decision == "close" else set(names)
+    if whole.decision == "none" and all(x.decision == "none" for x in pieces):
+        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor")
+    candidates = {n for x in matches for n in x.close} | set(docs)
     ordered = [n for n, _ in whole.ranked if n in candidates]
-    return Route(whole.decision, [], ordered, matches,
-                 "close backends: the LLM decides" if whole.decision == "close" else "no backend clears the floor")
+    return Route("close", [], ordered, matches, "close backends: the LLM decides")

@@ -136,9 +136,7 @@ def data_vocabulary(services: Services) -> DataVocabulary:
     A store that cannot be read leaves its part empty (the check then relies on ids and the
     store words).
     """
-    from tools.backends.vocabulary import semantic_model_file
-
-    model = semantic_model_file(services.settings.dataset_dir)
+    model = services.settings.semantic_model_file()
     try:
         mtime = model.stat().st_mtime_ns
     except OSError:

@@ -9,6 +9,7 @@ with the same `--out`, carries on where the run stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -116,8 +117,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             bar.update(task, advance=1, description=_label(kind, ckpt, items))
 
         try:
-            run_items(kind, todo, pristine_db=pristine, workdir=out / "work", settings=settings, jobs=args.jobs,
-                      on_done=on_done)
+            with contextlib.ExitStack() as stack:
+                if any("api" in (i.get("needs") or []) for i in todo):
+                    # the sample API the `api` items read, on 127.0.0.1 for this run only
+                    from tools.sample_api import start_sample_api
+
+                    stack.enter_context(start_sample_api(dataset_dir=settings.dataset_dir))
+                run_items(kind, todo, pristine_db=pristine, workdir=out / "work", settings=settings, jobs=args.jobs,
+                          on_done=on_done)
         except KeyboardInterrupt:
             interrupted = True
     peers = None

@@ -253,6 +253,29 @@ def cmd_tools(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_semantic(args: argparse.Namespace) -> int:
+    """`tramita semantic draft --out FILE`: a first semantic model from the configured database's
+    tables, foreign keys and comments (tramita's own bookkeeping tables left out), for a person to
+    curate; an existing file is kept unless --force.
+    """
+    from ingest.sql_loader import TRAMITA_METADATA
+    from tools.database import writer_engine
+    from tools.semantic_model import catalog_from_engine, draft_yaml
+    from tramita.base.settings import Settings
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        console.print(f"[red]error:[/] {out} exists (use --force to replace it)")
+        return 2
+    settings = Settings.from_env()
+    catalog = catalog_from_engine(writer_engine(settings.sql_url))
+    for own in TRAMITA_METADATA.tables:
+        catalog.pop(own, None)
+    out.write_text(draft_yaml(catalog, args.name, source=settings.sql_url.split("@")[-1]), encoding="utf-8")
+    console.print(f"drafted {len(catalog)} entities into {out}; curate it, then set TRAMITA_SEMANTIC_MODEL={out}")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from tramita.shell.doctor import run_doctor
 
@@ -335,6 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_tools)
     s = sub.add_parser("doctor", help="health of every component, with how to fix it")
     s.set_defaults(fn=cmd_doctor)
+    s = sub.add_parser("semantic", help="the semantic model of SQL questions")
+    x = s.add_subparsers(dest="semantic_cmd", required=True).add_parser(
+        "draft", help="draft a model from the database's tables, foreign keys and comments")
+    x.add_argument("--out", required=True, help="YAML file to write")
+    x.add_argument("--name", default="draft", help="the model's name")
+    x.add_argument("--force", action="store_true", help="replace an existing file")
+    s.set_defaults(fn=cmd_semantic)
     for name, text in (("serve", "HTTP server: JSON turns, streamed turns and the web chat; run several on one PostgreSQL"),
                        ("web", "the web chat: start the server and print the page's URL")):
         s = sub.add_parser(name, help=text)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tramita.base.settings import Settings
 
@@ -87,13 +87,24 @@ class QuestionItem(BaseModel):
     id: str
     lang: str = ""
     question: str
-    needs: list[Literal["sql", "graph", "docs"]]
+    needs: list[str]  # names of registered retrieval backends (checked below)
     gold_sql: str | None = None
     gold_cypher: str | None = None
     gold_doc_ids: list[str] = []
     answer_facts: list[str] = []
     must_refuse: bool = False
     notes: str = ""
+
+    @field_validator("needs")
+    @classmethod
+    def _known_backends(cls, value: list[str]) -> list[str]:
+        """A needed backend must be one tramita registers (`tools.backends.BACKENDS`)."""
+        from tools.backends import BACKENDS
+
+        unknown = [n for n in value if n not in BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown backend(s) {unknown}; registered: {sorted(BACKENDS)}")
+        return value
 
 
 _ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")

@@ -1,0 +1,189 @@
+"""Answers that read right (synthesis): language, units, numbers, no raw rows or internal text, gaps
+said plainly, only the citations the answer used — on every path (answered, no rows, model failed).
+
+The scripted model stands in for the LLM, with a responder that records the prompt and returns a
+chosen answer; one test asks the real local model (`real_model`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from graph.context import Context
+from nodes.synthesize import clean_answer, render_contexts, synthesize
+from tools.llm import override_model
+from tools.scripted_model import ScriptedChatModel
+from tramita.base.text import detect_language
+from tramita.lab.evaluation.facts import fact_in, leaks
+
+SQL_TOTAL = {"backend": "sql", "error": None,
+             "query": "SELECT e.full_name, ROUND(SUM(x.amount_usd), 2) AS total FROM expenses x "
+                      "JOIN employees e ON e.employee_id = x.employee_id GROUP BY e.full_name",
+             "rows": [{"full_name": "Carolina Mendes", "total": 23183.12}]}
+DOC = {"backend": "docs", "items": [{"source": "doc-pol-expense", "score": 0.9,
+                                     "text": "Política de Reembolso — Limites: refeições até 80 USD por pedido."}]}
+
+
+@pytest.fixture
+def model() -> Iterator[Callable[[Callable[[str], str]], list[str]]]:
+    """Install a scripted model whose answers come from a function of the prompt; yields a setter
+    that returns the list the prompts are recorded in."""
+    def install(answer: Callable[[str], str]) -> list[str]:
+        prompts: list[str] = []
+
+        def respond(prompt: str) -> str:
+            prompts.append(prompt)
+            return answer(prompt)
+
+        override_model("scripted", ScriptedChatModel(responder=respond))
+        return prompts
+
+    yield install
+    override_model("scripted", None)
+
+
+def _run(question: str, lang: str, contexts: list[dict[str, Any]], plan: list[str] | None = None,
+         backend: str = "scripted") -> dict[str, Any]:
+    runtime: Any = SimpleNamespace(context=Context(llm_backend=backend))
+    state: Any = {"messages": [HumanMessage(question)], "lang": lang, "contexts": contexts,
+                  "plan": {"backends": plan or [c["backend"] for c in contexts], "reason": ""}}
+    return synthesize(state, runtime)
+
+
+def _shown(out: dict[str, Any]) -> str:
+    return "\n\n".join([out["answer"], *out.get("notices", [])])
+
+
+# ------------------------------------------------------------------------------- language
+
+@pytest.mark.parametrize("question", ["Minimum password length?", "Juliana Costa approval limit?",
+                                      "avg amount of an approved lodging claim?", "Who sits in the Porto office?"])
+def test_short_english_questions_are_english(question: str) -> None:
+    assert detect_language(question, "pt") == "en"
+
+
+@pytest.mark.parametrize("text", ["EXP-0264", "ok", "sim", "P1 tickets?", "Houve algum deploy ontem?"])
+def test_ids_and_one_word_replies_do_not_switch_to_english(text: str) -> None:
+    assert detect_language(text, "pt") == "pt"
+
+
+def test_synthesis_is_asked_in_the_question_language(model: Any) -> None:
+    prompts = model(lambda _p: "Meals are limited to 80 USD per claim [doc-pol-expense].")
+    out = _run("meal limit?", "en", [DOC])
+    assert "Answer in English" in prompts[0]
+    assert out["answer"] == "Meals are limited to 80 USD per claim [doc-pol-expense]."
+
+
+# ------------------------------------------------------------------------- numbers, units
+
+def test_numbers_and_units_are_written_in_code_per_language() -> None:
+    pt = render_contexts([SQL_TOTAL], "pt", {"amount_usd": "USD"})
+    en = render_contexts([SQL_TOTAL], "en", {"amount_usd": "USD"})
+    assert "US$ 23.183,12" in pt and "23.183.12" not in pt and "R$" not in pt
+    assert "USD 23,183.12" in en
+    for block in (pt, en):
+        assert not leaks(block)  # no `rows:`, no `query:`: nothing for the model to copy
+        assert "SELECT" not in block and "full_name" in block  # column names, not the query
+
+
+def test_units_come_from_column_conventions_without_a_model() -> None:
+    ctx = {"backend": "sql", "query": "SELECT AVG(minutes_to_ack) AS avg_ack FROM incidents", "rows": [{"avg_ack": 17.2857}]}
+    assert "17,29 min" in render_contexts([ctx], "pt", {})
+
+
+def test_an_invented_currency_is_corrected(model: Any) -> None:
+    model(lambda _p: "A Carolina Mendes gastou R$ 23.183,12 [SQL].")
+    out = _run("quanto a Carolina gastou?", "pt", [SQL_TOTAL])
+    assert "R$" not in out["answer"] and "US$ 23.183,12" in out["answer"]
+    assert fact_in("23183.12", out["answer"])
+
+
+# ------------------------------------------------------------------ no raw rows or errors
+
+def test_labels_rows_and_exception_text_never_reach_the_user(model: Any) -> None:
+    model(lambda _p: "[SQL] query: SELECT 1\n[SQL] rows: [{\"total\": 23183.12}]\n"
+                     "O total da Carolina Mendes é US$ 23.183,12 [SQL]. OperationalError: database is locked")
+    out = _run("quanto a Carolina gastou?", "pt", [SQL_TOTAL])
+    assert not leaks(out["answer"]), out["answer"]
+    assert "US$ 23.183,12 [SQL]" in out["answer"]
+
+
+def test_no_rows_path_is_plain(model: Any) -> None:
+    prompts = model(lambda _p: "should not be asked")
+    out = _run("orçamento do time X?", "pt", [{"backend": "sql", "query": "SELECT 1 WHERE 0", "rows": [], "error": None}])
+    assert not prompts and not leaks(_shown(out)) and "[" not in out["answer"]
+    assert out["turn"]["route"] == "answer:no-rows"
+
+
+def test_model_failure_says_so_without_internal_text(model: Any) -> None:
+    def fail(_p: str) -> str:
+        raise RuntimeError("llama_decode returned -3 (ValueError: kv cache full)")
+
+    model(fail)
+    out = _run("quanto a Carolina gastou?", "pt", [SQL_TOTAL])
+    assert out["turn"]["route"] == "answer:llm-failed"
+    assert not leaks(_shown(out)) and "llama" not in _shown(out) and "kv cache" not in _shown(out)
+    assert out["answer"].startswith("O modelo de linguagem não respondeu")
+
+
+# --------------------------------------------------------------------------------- gaps
+
+def test_a_needed_backend_that_failed_is_one_plain_sentence(model: Any) -> None:
+    model(lambda _p: "Refeições: até 80 USD por pedido [doc-pol-expense].")
+    failed = {"backend": "sql", "error": "OperationalError: unable to open database file"}
+    out = _run("limite de refeições e quanto gastamos?", "pt", [DOC, failed])
+    shown = _shown(out)
+    assert "Não consegui consultar o banco de dados" in shown
+    assert "OperationalError" not in shown and "unable to open" not in shown and not leaks(shown)
+
+
+def test_a_backend_outside_the_plan_is_not_mentioned(model: Any) -> None:
+    model(lambda _p: "Refeições: até 80 USD por pedido [doc-pol-expense].")
+    failed = {"backend": "graph", "error": "RuntimeError: lock held"}
+    out = _run("limite de refeições?", "pt", [DOC, failed], plan=["docs"])
+    assert out["notices"] == [] and "grafo" not in _shown(out)
+
+
+def test_only_failures_gives_the_plain_sentence_as_the_answer() -> None:
+    out = _run("quem está de plantão?", "en", [{"backend": "graph", "error": "TimeoutError: 30 s"}])
+    assert out["answer"] == "I could not query the company graph just now, so that part could not be checked."
+
+
+# ---------------------------------------------------------------------------- citations
+
+def test_citations_keep_only_sources_the_answer_used(model: Any) -> None:
+    model(lambda _p: "Meals: up to 80 USD per claim [doc-pol-expense] [doc-pol-travel]. "
+                     "Carolina Mendes spent USD 23,183.12 [SQL] [graph].")
+    out = _run("meal limit and Carolina's spend?", "en", [DOC, SQL_TOTAL])
+    answer = out["answer"]
+    assert "[doc-pol-expense]" in answer and "[SQL]" in answer
+    assert "[doc-pol-travel]" not in answer and "[graph]" not in answer  # invented / not in the context
+
+
+def test_a_tag_on_a_sentence_that_did_not_use_its_source_is_dropped() -> None:
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("Carolina Mendes spent USD 23,183.12 [SQL] [doc-pol-expense].", block)
+    assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."
+    assert re.search(r"\[SQL\]", clean_answer("[SQL]: no data at all here.", block)) is None
+
+
+# ---------------------------------------------------------------------------- real model
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_answers_in_english_with_usd_and_no_labels(pristine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", os.environ.get("TRAMITA_MODELS_DIR") or str(pristine / "models"))
+    out = _run("Who spent the most?", "en", [SQL_TOTAL], backend="local")
+    answer = out["answer"]
+    assert out["turn"]["route"] == "answer", out
+    assert not leaks(answer), answer
+    assert fact_in("23183.12", answer) and "R$" not in answer, answer
+    assert detect_language(answer, "en") == "en", answer
