@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -162,6 +163,7 @@ def run_llm(items: list[dict[str, Any]], results: list[ConfirmationResult], prof
                 except LLMError:
                     label, how = "other", "llm-failed"
                     out.failures += 1
+                print(f"  llm {usage.calls:>3}: {it['text']!r} -> {label} (gold {it['label']})", file=sys.stderr, flush=True)
             else:
                 label, how = "other", "too-long"
         split = it.get("split", "tune")

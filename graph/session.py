@@ -7,6 +7,7 @@ Python usage the README shows: `graph.invoke({"messages": [...]}, config={"confi
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from tools.services import Services
 
 # the node whose LLM tokens are the answer being written (the server streams the same node)
 STREAM_NODE = "synthesize"
+ENV_DURABILITY = "TRAMITA_CHECKPOINT_DURABILITY"
 
 
 @dataclass
@@ -63,16 +65,24 @@ def _content_text(content: Any) -> str:
 class Session:
     """A compiled graph and the Context its turns run with."""
 
-    def __init__(self, graph: Any, context: Context) -> None:
-        """`graph`: compiled with a checkpointer (`open_session` does both)."""
+    def __init__(self, graph: Any, context: Context, durability: str | None = None) -> None:
+        """`graph`: compiled with a checkpointer (`open_session` does both).
+
+        `durability`: LangGraph's checkpoint durability for every turn; None keeps LangGraph's default
+        ("async": a checkpoint per step, written by background threads). "exit" writes one checkpoint
+        when the turn ends, so a turn killed midway leaves the thread as the previous turn left it;
+        `tramita bench` (overhead, routing_by_durability) measures what each costs.
+        """
         self.graph = graph
         self.context = context
+        self.durability = durability
+        self._run: dict[str, Any] = {"durability": durability} if durability else {}
 
     def turn(self, thread_id: str, text: str) -> TurnResult:
         """Run one user message to the end of its turn (`graph.invoke`)."""
         started = time.perf_counter()
         out = self.graph.invoke({"messages": [HumanMessage(content=text)]},
-                                config={"configurable": {"thread_id": thread_id}}, context=self.context)
+                                config={"configurable": {"thread_id": thread_id}}, context=self.context, **self._run)
         return TurnResult(answer=str(out.get("answer", "")), status=str(out.get("status", "idle")),
                           trace=dict(out.get("turn") or {}), transaction=out.get("transaction"),
                           last_transaction=out.get("last_transaction"), seconds=time.perf_counter() - started,
@@ -92,7 +102,7 @@ class Session:
         last: dict[str, Any] = {}
         for mode, payload in self.graph.stream({"messages": [HumanMessage(content=text)]},
                                                config={"configurable": {"thread_id": thread_id}},
-                                               context=self.context, stream_mode=["messages", "values"]):
+                                               context=self.context, stream_mode=["messages", "values"], **self._run):
             if mode == "messages":
                 chunk, meta = payload
                 if isinstance(chunk, AIMessage) and meta.get("langgraph_node") == node:
@@ -115,15 +125,20 @@ class Session:
 
 
 @contextmanager
-def open_session(context: Context | None = None, services: Services | None = None) -> Iterator[Session]:
+def open_session(context: Context | None = None, services: Services | None = None,
+                 durability: str | None = None) -> Iterator[Session]:
     """A Session over `services` (default: the context's), with their checkpointer open.
 
     The profile is checked first, so a wrong `--profile` fails here with the valid names rather than
-    in the middle of a conversation.
+    in the middle of a conversation. `durability` (default: env TRAMITA_CHECKPOINT_DURABILITY, else
+    LangGraph's own) is LangGraph's checkpoint durability for the session's turns.
     """
+    durability = durability or os.environ.get(ENV_DURABILITY) or None
+    if durability not in (None, "async", "sync", "exit"):
+        raise ValueError(f"{ENV_DURABILITY}={durability!r}: choose async, sync or exit")
     ctx = context or Context(services=services)
     if services is not None and ctx.services is not services:
         ctx = replace(ctx, services=services, llm_backend=ctx.llm_backend)
     check_profile(ctx.llm_backend)
     with open_checkpointer(ctx.svc.settings.checkpoint_url) as saver:
-        yield Session(compile_graph(checkpointer=saver), ctx)
+        yield Session(compile_graph(checkpointer=saver), ctx, durability)

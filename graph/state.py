@@ -98,6 +98,10 @@ class TurnTrace(TypedDict, total=False):
     # present only when an LLM call reports them (older traces lack them):
     cached_tokens: int  # prompt tokens whose KV state was reused, not evaluated (tools.prefix_cache)
     first_token_s: float  # from the start of the answer's LLM call to its first token
+    # present only on a turn whose reply confirmed a pending write: which stage of
+    # tramita.core.confirmation decided it ("lexicon", "prototype", "llm"); execute_tool overwrites
+    # `route`, so this is what tells an eval the write followed an explicit confirmation
+    confirmed_by: str
 
 
 def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
@@ -123,7 +127,7 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
         merged["nodes"] = [*old.get("nodes", []), *new["nodes"]]
     if "errors" in new:
         merged["errors"] = [*old.get("errors", []), *new["errors"]]
-    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s"):
+    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s", "confirmed_by"):
         if key in new:
             merged[key] = new[key]  # type: ignore[literal-required]
     return merged

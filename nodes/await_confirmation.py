@@ -27,9 +27,9 @@ from nodes.common import ctx_of, lang_of, now_for, svc, tool_context, trace, use
 from tools.llm import LLMError, Usage
 from tools.registry_models import ToolSpec
 from tools.services import Services
-from tramita.base.text import words
+from tramita.base.text import fold, words
 from tramita.core.confirmation import LLM_REPLY_WORDS, ConfirmationResult, llm_decision, shared_classifier
-from tramita.core.extraction import correction_allowed, deterministic
+from tramita.core.extraction import correction_allowed, deterministic, gazetteer
 from tramita.core.intent import another_tool, synonyms_for
 from tramita.core.lexicon import cancel_clause, has_correction_cue, revert_cue
 from tramita.core.replies import say
@@ -46,6 +46,41 @@ def enum_choices(spec: ToolSpec) -> list[str]:
 def classify_reply(text: str, tx: Transaction, spec: ToolSpec) -> ConfirmationResult:
     """The confirmation classifier on this reply, against the values the summary showed."""
     return shared_classifier().classify(text, list(tx.get("args", {}).values()), enum_choices(spec))
+
+
+def names_another_action(text: str, tool: str, ctx: Context, s: Services) -> bool:
+    """The reply is a clear request for a different tool ("approve it" while a rejection awaits).
+
+    The prototypes read an action verb as assent ("approve it" is close to "pode aprovar"), so a
+    confirmation the lexicon did not decide is vetoed when the registry clearly matches the reply
+    to another tool; it then goes to intent_shift like any other request. Plain assent ("manda
+    ver", "go for it") matches no tool clearly, so it is unaffected.
+    """
+    try:
+        m = s.registry.match(text, ctx.user_id, ctx.tenant)
+    except Exception:  # noqa: BLE001 - registry unavailable: no veto, the guards still hold
+        return False
+    return m.decision in ("clear", "denied") and m.best is not None and m.best != tool
+
+
+def _named_earlier(tx: Transaction, spec: ToolSpec, text: str, s: Services) -> dict[str, Any]:
+    """{param: earlier value} when the reply names a replaced value by part of its label ("hmm no,
+    Catarina after all" after Catarina Lobo was replaced): among the few values this transaction
+    held, a first name is unambiguous even where the whole directory would not be.
+    """
+    words_in = set(fold(text).split())
+    current = tx.get("args", {})
+    for h in reversed(tx.get("history") or []):
+        param, value = h["param"], h["value"]
+        kind = spec.properties.get(param, {}).get("x-resolve")
+        if not kind or current.get(param) == value:
+            continue
+        names = {name for name, ident in gazetteer(s.engine).get(str(kind), []) if ident == value}
+        now = {name for name, ident in gazetteer(s.engine).get(str(kind), []) if ident == current.get(param)}
+        taken = {w for name in now for w in name.split()}
+        if any(len(w) >= 4 and w in words_in and w not in taken for name in names for w in name.split()):
+            return {param: value}
+    return {}
 
 
 def _revert(tx: Transaction, kind: str) -> dict[str, Any]:
@@ -90,14 +125,17 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     usage = Usage()
 
     def go(target: Next, route: str) -> Command[Next]:
-        return Command(goto=target, update={"turn": trace("await_confirmation", route=route, **usage.trace())})
+        extra = {"confirmed_by": route.split(":", 1)[1]} if target == "execute_tool" else {}
+        return Command(goto=target, update={"turn": trace("await_confirmation", route=route, **extra, **usage.trace())})
 
     split = cancel_clause(text)
     if split.cancel and split.rest:  # "cancela isso, quero reatribuir o TCK-… pro …"
         return go("intent_shift", "cancel+request")
     res = classify_reply(text, tx, spec)
-    if res.label == "confirm":
+    if res.label == "confirm" and (res.stage == "lexicon" or not names_another_action(text, spec.name, ctx, s)):
         return go("execute_tool", f"confirm:{res.stage}")
+    if res.label == "confirm":
+        return go("intent_shift", "other:another-action")
     if res.label == "reject":
         kind = revert_cue(text) if tx.get("history") and res.stage != "lexicon" else None
         if not (kind and _revert(tx, kind)):
@@ -106,7 +144,7 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     found = deterministic(spec, text, s.engine, synonyms_for(spec))
     cue = has_correction_cue(text)
     changed = {k: v for k, v in found.values.items() if str(tx["args"].get(k, "")).upper() != str(v).upper()
-               and correction_allowed(spec.properties[k], text, cue)}
+               and correction_allowed(spec.properties[k], text, cue, found.surfaces.get(k))}
     if changed and (res.label == "other" and res.stage == "guard" or another_tool(text, spec, ctx, s)):
         # "rejeita a EXP-0297" / "aprova também a EXP-0297" while approving EXP-0264 is a new request,
         # and a conditional one ("se for a EXP-0297, pode") is no clean correction either
@@ -117,6 +155,9 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     earlier = _revert(tx, kind) if kind else {}
     if earlier:  # "não, a primeira mesmo": back to a value a correction replaced
         return _apply_correction(tx, spec, earlier, ctx, lang, s, f"correction:revert-{kind}")
+    earlier = _named_earlier(tx, spec, text, s) if tx.get("history") and res.label != "reject" else {}
+    if earlier:  # "hmm no, Catarina after all"
+        return _apply_correction(tx, spec, earlier, ctx, lang, s, "correction:revert-named")
     if res.label == "correct":  # "sim, mas muda a prioridade": which value is not said; ask again
         tx["reprompts"] = int(tx.get("reprompts", 0)) + 1
         step = "offer_cancel" if tx["reprompts"] > ctx.max_reprompts else "reprompt"
@@ -127,7 +168,7 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
             decision = llm_decision(text, tx.get("summary", ""), res.allowed, backend=ctx.llm_backend, usage=usage)
         except LLMError:
             return go("intent_shift", "unsure:llm-failed")
-        if decision == "confirm":
+        if decision == "confirm" and not names_another_action(text, spec.name, ctx, s):
             return go("execute_tool", "confirm:llm")
         if decision == "reject":
             return go("cancel", "reject:llm")

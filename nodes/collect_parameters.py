@@ -124,10 +124,10 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
     raw: dict[str, Any] = dict(found.values)
     cue = has_correction_cue(text)
     for name in [k for k in raw if k in tx["args"]]:
-        if not correction_allowed(spec.properties[name], text, cue):
+        if not correction_allowed(spec.properties[name], text, cue, found.surfaces.get(name)):
             raw.pop(name)
     # "sim" / "não" / "cancela" is never a parameter value, nor a bare assent ("sim, pode continuar")
-    plain_reply = lexicon(text) is not None or (not start and is_assent(text, tx["args"].values()))
+    plain_reply = lexicon(text) is not None or (not start and is_assent(text))
     question, cancel = is_question(text), mentions_cancel(text)
     form = read_form(text)
     # the values other parameters use: a free-text span made only of them restates them

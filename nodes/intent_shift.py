@@ -20,10 +20,11 @@ from langgraph.types import Command
 
 from graph.context import Context
 from graph.state import Intent, State, Step, Transaction
+from nodes.await_confirmation import names_another_action
 from nodes.common import ctx_of, lang_of, now_for, svc, trace, user_text
 from tools.llm import Usage
 from tramita.base.text import words
-from tramita.core.confirmation import cancel_split, is_assent
+from tramita.core.confirmation import cancel_split, is_assent, shared_classifier
 from tramita.core.intent import classify
 from tramita.core.lexicon import classify as lexicon
 from tramita.core.replies import say
@@ -34,9 +35,15 @@ Next = Literal["cancel", "collect_parameters", "plan", "refuse", "respond"]
 
 def _is_request(rest: str) -> bool:
     """Text after a cancel that may be a new request: a value, or at least three words
-    ("quero abrir um chamado"); "por favor" / "obrigado" / "drop it" are not.
+    ("quero abrir um chamado"), and not itself a refusal: "por favor", "drop it" and "não precisa
+    mais" only repeat the cancel.
     """
-    return any(c.isdigit() for c in rest) or len(words(rest)) >= 3
+    if not (any(c.isdigit() for c in rest) or len(words(rest)) >= 3) or lexicon(rest) is not None:
+        return False
+    try:
+        return shared_classifier().classify(rest).label != "reject"
+    except Exception:  # noqa: BLE001 - no classifier: the intent match alone decides
+        return True
 
 
 def _cancelled(state: State, runtime: Runtime[Context], tx: Transaction) -> dict[str, Any]:
@@ -60,11 +67,10 @@ def intent_shift(state: State, runtime: Runtime[Context]) -> Command[Next]:
         return Command(goto="cancel", update={"turn": trace("intent_shift", route="shift:cancel")})
     if split and split.cancel:
         return _cancel_and_switch(state, runtime, tx, split.rest)
-    if reply == "confirm" or is_assent(text, list(tx.get("args", {}).values())):
-        # "sim, pode continuar" while collecting: nothing to confirm yet; ask the pending step again
-        # (not counted as a failed re-prompt, and never matched to another tool)
-        return Command(goto="respond", update={"transaction": tx, "step": "reprompt",
-                                               "turn": trace("intent_shift", route="shift:assent")})
+    if reply == "confirm" or is_assent(text) and not names_another_action(text, str(tx.get("tool")), ctx, svc(ctx)):
+        # "sim, pode continuar": an assent answers nothing and is no request, unless it clearly names
+        # another action ("approve it" while a rejection awaits)
+        return _reask(tx, usage)
     try:
         intent = classify(text, ctx, svc(ctx), usage, exclude=tx.get("tool"))
     except Exception as exc:  # noqa: BLE001
@@ -84,6 +90,14 @@ def intent_shift(state: State, runtime: Runtime[Context]) -> Command[Next]:
     return Command(goto="respond", update={"intent": Intent(kind="none", reason=intent.get("reason", "")),
                                            "transaction": tx, "step": step,
                                            "turn": trace("intent_shift", route=f"shift:{step}", **usage.trace())})
+
+
+def _reask(tx: Transaction, usage: Usage) -> Command[Next]:
+    """Ask the pending step again after a bare assent: not a failed re-prompt (the count stays), never
+    a match to another tool, never a permission refusal.
+    """
+    return Command(goto="respond", update={"transaction": tx, "step": "reprompt",
+                                           "turn": trace("intent_shift", route="shift:assent", **usage.trace())})
 
 
 def _cancel_and_switch(state: State, runtime: Runtime[Context], tx: Transaction, rest: str) -> Command[Next]:

@@ -30,7 +30,8 @@ log = get_logger("tramita.planner")
 
 @lru_cache(maxsize=16)
 def _plan_model(names: tuple[str, ...]) -> type[BaseModel]:
-    fields: dict[str, Any] = {f"use_{n}": (bool, Field(description=description(n))) for n in names}
+    # a key the model leaves out is "not needed" (a small model often omits the false ones)
+    fields: dict[str, Any] = {f"use_{n}": (bool, Field(default=False, description=description(n))) for n in names}
     fields["reason"] = (str, Field(default="", description="one short sentence"))
     model: type[BaseModel] = create_model("PlanOut", **fields)
     return model

@@ -161,7 +161,8 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     lang = lang_of(state)
     usage = Usage()
     contexts = state.get("contexts", []) or []
-    planned = {str(b) for b in (state.get("plan") or {}).get("backends") or [c.get("backend") for c in contexts]}
+    plan_backends: list[str] = list((state.get("plan") or {}).get("backends") or [])
+    planned = set(plan_backends) or {str(c.get("backend")) for c in contexts}
     failed = [str(c["backend"]) for c in contexts if c.get("error") and str(c.get("backend")) in planned]
     gap = gap_sentence(failed, lang)
     answered = [c for c in contexts if not c.get("error")]

@@ -101,6 +101,18 @@ def test_colloquial_reject_writes_nothing(session: Any, novaops: Path, request_t
     assert expense_status(novaops, "EXP-0261") == "pending"
 
 
+@pytest.mark.parametrize("reply", ["approve it", "aprova"])
+def test_an_action_verb_for_another_tool_is_never_a_confirmation(session: Any, novaops: Path, reply: str) -> None:
+    """The prototypes hear assent in "approve it"; while a REJECTION awaits, that is another request."""
+    r = fill(session, "t", "rejeita a EXP-0261", {"reason": "o recibo está ilegível"})
+    assert r.transaction["tool"] == "reject_expense"
+    before = db_snapshot(novaops)
+    r = session.turn("t", reply)
+    assert r.trace["executed_tool"] is None, r.answer
+    assert (r.transaction or {}).get("tool") != "reject_expense" or r.status == "awaiting_confirmation"
+    assert db_changes(novaops, before) == {} and expense_status(novaops, "EXP-0261") == "pending"
+
+
 # ----------------------------------------------------------------------------- "yes, but …": a correction
 @pytest.mark.parametrize(("lang", "first", "reply", "new", "yes"), [
     ("pt", "quero abrir um chamado", "sim, mas com prioridade P2", "P2", "sim"),
@@ -300,8 +312,13 @@ def test_real_model_unsure_reply_is_never_a_false_confirm(open_as: Opener, novao
     """A reply the prototypes leave to the LLM: one constrained call, and a doubtful one never executes."""
     with open_as("E006", llm_backend="local") as s:
         assert s.turn("t", "aprova a EXP-0261").status == "awaiting_confirmation"
-        r = s.turn("t", "hmm, deixa eu ver uma coisa antes")
-        assert r.trace["executed_tool"] is None and r.status == "awaiting_confirmation", r.answer
-        r = s.turn("t", "sim")
-    assert r.trace["executed_tool"] == "approve_expense" and r.trace["llm_calls"] == 0
-    assert audit_rows(novaops, "EXP-0261") == 1
+        r = s.turn("t", "segura aí")  # "hold on": the prototypes cannot tell; the LLM decides
+        assert r.trace["llm_calls"] >= 1 and r.trace["executed_tool"] is None, r.answer
+        assert expense_status(novaops, "EXP-0261") == "pending"
+        if r.status == "awaiting_confirmation":  # read as "other": the summary is still open
+            r = s.turn("t", "sim")
+            assert r.trace["executed_tool"] == "approve_expense" and r.trace["llm_calls"] == 0
+            assert audit_rows(novaops, "EXP-0261") == 1
+        else:  # read as "not now": cancelled, nothing written
+            assert r.status == "idle" and r.last_transaction["outcome"] == "cancelled"
+            assert audit_rows(novaops) == 11

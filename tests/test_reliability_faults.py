@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_graph import TODAY, db_changes, db_snapshot
 
+from nodes.synthesize import gap_sentence
 from tramita.base.settings import Settings
 from tramita.lab.faultmodels import FAULTS
 from tramita.lab.hostile import capture_logs
@@ -89,8 +90,11 @@ def test_model_fault(fault: str, novaops: Path, novaops_settings: Settings) -> N
         # the router falls back to the best match, which still needs a summary and a yes
         assert turns[ROUTER_TURN]["calls"] == {"router": 2} and turns[ROUTER_TURN]["status"] == "awaiting_confirmation"
         q = turns[QUESTION_TURN]
-        assert q["calls"]["planner"] == q["calls"]["text_to_sql"] == q["calls"]["text_to_cypher"] == 2
-        assert any(e.startswith("sql: LLMError") for e in q["errors"]) and "não consegui consultar sql" in q["answer"]
+        # a clear vocabulary match costs no planner call; a failed planner never widens the plan
+        # to every backend, so only the planned SQL writer is asked
+        assert q["calls"].get("planner", 0) in (0, 2) and "text_to_cypher" not in q["calls"]
+        assert q["calls"]["text_to_sql"] == 2
+        assert any(e.startswith("sql: LLMError") for e in q["errors"]) and gap_sentence(["sql"], "pt") in q["answer"]
         if fault in ("timeout", "empty"):  # synthesis is free text: only no text at all is a failure
             assert q["calls"]["synthesis"] == 2 and _llm_failed_prefix() in q["answer"]
         assert any(line.startswith("LLM transaction_parameter_extraction failed twice") for line in logs.lines)
@@ -106,8 +110,8 @@ def test_backend_fault(kind: str, pristine: Path, tmp_path: Path) -> None:
                                           indent=1, default=str)
     turns = {t["text"]: t for t in result["turns"]}
     gap = GAP_OF[kind]
-    if gap:  # the broken backend's answer says what could not be consulted
-        assert f"não consegui consultar {gap}" in turns[FAULT_QUESTIONS[gap]]["answer"]
+    if gap:  # the broken backend's answer says in plain words what could not be consulted
+        assert gap_sentence([gap], "pt") in turns[FAULT_QUESTIONS[gap]]["answer"]
     approve, confirm = turns["aprova a EXP-0264"], turns["sim"]
     if kind in ("chroma_missing", "chroma_corrupt"):
         # the tool vectors are gone with Chroma: the registry embeds the catalog in memory, so the

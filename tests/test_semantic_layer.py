@@ -240,6 +240,7 @@ def test_filter_values_are_linked_to_stored_values(layer: SemanticLayer, tool: S
     linked = layer.compile(layer.parse({"measures": ["expenses.count"], "filters": [
         {"field": "expenses.category", "op": "=", "value": "Passagens aéreas"},  # a value synonym
         {"field": "employees.office_city", "op": "=", "value": "florianopolis"},  # case and accents
+        {"field": "teams.name", "op": "=", "value": "Teams"},  # "all teams": the entity's own word, dropped
     ]}), stored_values(tool)).query
     assert linked.filters == [("expenses.category", "=", "airfare"), ("employees.office_city", "=", "Florianópolis")]
     with pytest.raises(SemanticQueryError, match=r"expenses.status: 'paid' is not a stored value; stored values: "
@@ -291,6 +292,7 @@ def test_a_query_the_model_cannot_answer_is_refused_clearly(layer: SemanticLayer
 def test_the_query_schema_is_generated_from_the_model(layer: SemanticLayer) -> None:
     """Names are enums for validation; the grammar gets them as a prefix-tree regex that llama.cpp
     converts (a flat enum of ~300 names made sampling crawl)."""
+    import json
     import re
 
     from llama_cpp import llama_grammar
@@ -298,6 +300,7 @@ def test_the_query_schema_is_generated_from_the_model(layer: SemanticLayer) -> N
     fields = layer.query_model.model_fields
     assert list(fields) == ["expressible", "measures", "dimensions", "segments", "filters", "order", "limit"]
     schema = layer.query_model.model_json_schema()
+    assert schema["required"] == ["expressible"]  # empty lists cost tokens: left out, as the examples show
     pattern = schema["$defs"]["Dimension"]["pattern"]
     assert all(re.fullmatch(pattern, n) for n in layer.dimension_names)
     assert not re.fullmatch(pattern, "expenses.amount") and not re.fullmatch(pattern, "expenses.amount_usd__hour")
@@ -305,7 +308,7 @@ def test_the_query_schema_is_generated_from_the_model(layer: SemanticLayer) -> N
     assert schema["$defs"]["Operator"]["enum"] == ["=", "!=", ">", ">=", "<", "<=", "in", "not_in", "between",
                                                    "contains", "is_null", "not_null"]  # a short list stays an enum
     assert trie_pattern(["ab.c", "ab.cd", "b"]) == "^(ab[.]c(d)?|b)$"
-    grammar = llama_grammar.json_schema_to_gbnf(__import__("json").dumps(schema))
+    grammar = llama_grammar.json_schema_to_gbnf(json.dumps(schema))
     llama_grammar.LlamaGrammar.from_string(grammar, verbose=False)  # parses: no silent fallback to plain JSON
 
 

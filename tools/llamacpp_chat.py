@@ -224,10 +224,11 @@ class ChatLlamaCppShared(BaseChatModel):
         """Run one completion under the model's lock: text pieces as they are sampled (one piece
         when not streaming), then a final empty chunk carrying usage and timings.
         """
-        loaded = self.loaded()
+        loaded = loaded_llama(self.model_path, self.options())
         llama: Any = loaded.llama
         chat = [{"role": _role(m), "content": str(m.content)} for m in messages]
         with loaded.lock:
+            loaded.configure_cache(self.prefix_cache_mib, self.prefix_cache_dir, self.prefix_cache_disk_mib)
             started = time.monotonic()
             tokens, boundary, stops, criteria = loaded.render(chat)
             acct: CallTokens = loaded.cache.prepare(llama, tokens, boundary)

@@ -286,9 +286,12 @@ def trie_pattern(names: Iterable[str]) -> str:
 class SemanticLayer:
     """One semantic model over one database dialect; built once per model file and schema."""
 
-    def __init__(self, spec: SemanticModelSpec, catalog: Catalog, dialect: str, *, source: str = "") -> None:
+    def __init__(self, spec: SemanticModelSpec, catalog: Catalog, dialect: str, *, source: str = "",
+                 compile_examples: bool = True) -> None:
         """Check the model against the catalog, derive the names and the query model, and compile
-        every worked example (a model whose own examples fail is refused here, not mid-question).
+        every worked example (a model whose own examples fail is refused here, not mid-question);
+        `compile_examples=False` parses them only (`tramita ingest` compiled them already, and
+        compiling costs seconds at each process start).
         """
         if dialect not in ("sqlite", "postgres"):
             raise ValueError(f"unsupported dialect {dialect!r}")
@@ -310,7 +313,9 @@ class SemanticLayer:
         self._paths: dict[str, dict[str, list[tuple[tuple[str, str], ...]]]] = {}
         for i, ex in enumerate(spec.examples):
             try:
-                self.compile(self.parse(ex.query))
+                parsed = self.parse(ex.query)
+                if compile_examples:
+                    self.compile(parsed)
             except SemanticQueryError as exc:
                 raise PolicyError(f"{self.source}: field examples.{i}.query: {exc}") from exc
 
@@ -345,8 +350,10 @@ class SemanticLayer:
 
     def _query_model(self) -> type[BaseModel]:
         """The pydantic model the LLM's output must satisfy: every name an enum, operators a closed
-        set, every field required (the grammar then writes them all, in this order). Generated from
-        the model file, so a name that does not exist cannot even be sampled (see `_GrammarSchema`).
+        set. Only `expressible` is required: every token costs a forward pass on the CPU (measured
+        ~5 s a token on a loaded 2-core machine), so empty lists are left out, as in the examples.
+        Generated from the model file, so a name that does not exist cannot even be sampled (see
+        `_GrammarSchema`).
         """
 
         def names(title: str, values: list[str]) -> Any:
@@ -362,12 +369,12 @@ class SemanticLayer:
         direction: Any = Literal["asc", "desc"]
         filt: Any = create_model("Filter", __base__=_Strict, field=(fld, ...), op=(op, ...), value=(value_type, ...))
         order: Any = create_model("Order", __base__=_Strict, field=(ordr, ...), direction=(direction, ...))
-        items = Field(max_length=MAX_ITEMS)
+        items: Any = Field(default_factory=list, max_length=MAX_ITEMS)
         fields: dict[str, Any] = {
             "expressible": (bool, ...), "measures": (list.__class_getitem__(meas), items),
             "dimensions": (list.__class_getitem__(dim), items), "segments": (list.__class_getitem__(seg), items),
             "filters": (list.__class_getitem__(filt), items), "order": (list.__class_getitem__(order), items),
-            "limit": (int | None, Field(ge=1, le=1000))}
+            "limit": (int | None, Field(None, ge=1, le=1000))}
         model: type[BaseModel] = create_model(
             "SemanticQuery", __base__=_GrammarSchema,
             __doc__="ONE query over the semantic model; expressible=false when it cannot answer the question.",
@@ -560,6 +567,8 @@ class SemanticLayer:
                 out.append((name, op, _number(name, op, value)))
             elif kind == "boolean" or op == "contains":
                 out.append((name, op, value))
+            elif not isinstance(value, list) and self._names_itself(name, str(value)):
+                continue  # "teams.name = 'Teams'": the word for the entity, not one of its rows
             else:
                 values = value if isinstance(value, list) else [value]
                 linked = [self._link_text(ref, name, str(v), stored) for v in values]
@@ -573,6 +582,16 @@ class SemanticLayer:
                 out.append((new_name, op, vals if isinstance(value, list) else vals[0]))
         q.filters = out
         return q
+
+    def _names_itself(self, name: str, value: str) -> bool:
+        """Whether a filter value is only the word for the entity (or join) it filters, which a small
+        model copies from "all teams" or "each project" into a filter.
+        """
+        prefix = name.split(".", 1)[0]
+        entity = self.spec.entities.get(prefix)
+        words = [prefix, *(entity.synonyms if entity else [])]
+        key = fold(value)
+        return any(key in (w, w + "s", w + "es") or (w.endswith("s") and key == w[:-1]) for w in map(fold, words))
 
     def _link_text(self, ref: Ref, name: str, value: str, stored: Callable[[str, str], list[str] | None]
                    ) -> tuple[str, str]:
@@ -802,11 +821,11 @@ class SemanticLayer:
         return "\n".join(lines)
 
     def examples_text(self) -> str:
-        """The model file's worked examples as question → full JSON (the shape the grammar forces)."""
+        """The model file's worked examples as question → JSON, empty fields left out (fewer tokens)."""
         out = []
         for ex in self.spec.examples:
-            q = self.parse(ex.query)
-            out.append(f"Q: {ex.question}\nA: {json.dumps(q.as_json(), ensure_ascii=False)}")
+            shown = {k: v for k, v in self.parse(ex.query).as_json().items() if v not in ([], None)}
+            out.append(f"Q: {ex.question}\nA: {json.dumps(shown, ensure_ascii=False)}")
         return "\n".join(out)
 
     def hints(self, question: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> list[str]:
@@ -1041,7 +1060,8 @@ def _layer(path: str, _mtime: int, schema_path: str, dialect: str) -> SemanticLa
     from tools.sql_schema import load_schema
 
     spec = load_semantic_model(Path(path))
-    return SemanticLayer(spec, catalog_from_schema(load_schema(Path(schema_path))), dialect, source=path)
+    return SemanticLayer(spec, catalog_from_schema(load_schema(Path(schema_path))), dialect, source=path,
+                         compile_examples=False)
 
 
 _values_cache: dict[tuple[str, str, str], tuple[float, list[str] | None]] = {}

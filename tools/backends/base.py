@@ -53,6 +53,21 @@ class RetrievalBackend(Protocol):
         ...
 
 
+# where a question that asks two things splits ("… agora? E o que diz o runbook …")
+_PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?:qual|quais|quem|quando|como|"
+                    r"quantos|quantas|quanto|o que|onde|what|which|who|when|how|where|is|are|does|did)\b)",
+                    re.IGNORECASE)
+
+
+def question_parts(question: str) -> list[str]:
+    """The parts of a question that asks two or more things (each of three words or more); [] for
+    a question that asks one thing. A question embeds as the mix of its parts, so the planner and
+    the document search also look at each part alone.
+    """
+    found = [p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3]
+    return found if len(found) > 1 else []
+
+
 # -------------------------------------------------------------------------- rows for synthesis
 #
 # Why rows are formatted here, in code: a small model asked to restate "[SQL] rows: [{...}]" copies

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import BackendCall
+from tools.backends.base import BackendCall, question_parts
 from tools.services import Services
+
+if TYPE_CHECKING:
+    from tools.doc_store import DocStore
 
 TOP_PASSAGES = 3
 _VOCAB_LOCK = threading.Lock()
@@ -29,7 +32,7 @@ class DocsBackend:
         passages alone are often two documents (a long postmortem fills the list), which hides the
         right document from synthesis and lowers document recall@5.
         """
-        hits = call.services.doc_store.retrieve_docs(call.question, call.top_k, passages=TOP_PASSAGES)
+        hits = search(call.services.doc_store, call.question, call.top_k)
         return {"backend": self.name,
                 "items": [{"source": d, "text": p, "score": round(float(s), 4)} for d, p, s in hits]}
 
@@ -69,3 +72,27 @@ class DocsBackend:
         with _VOCAB_LOCK:
             _VOCAB[key] = texts
         return list(texts)
+
+
+def search(store: DocStore, question: str, top_k: int, passages: int = TOP_PASSAGES) -> list[tuple[str, str, float]]:
+    """The question's documents, each by its best passage, then the best passages overall.
+
+    A question that asks two things ("Quando o Rui pega plantão? E quanto ele recebe por semana?")
+    embeds as the mix of both and finds neither part's document; so each part is also searched
+    alone, and the documents are taken in turn from each search's ranking (the whole question's
+    first), so every part's best documents are among the `top_k`.
+    """
+    texts = [question, *question_parts(question)]
+    if len(texts) == 1:
+        return store.retrieve_docs(question, top_k, passages=passages)
+    runs = [store.retrieve_docs(t, top_k, passages=passages) for t in texts]
+    chosen: dict[str, tuple[str, str, float]] = {}
+    for rank in range(top_k):
+        for run in runs:
+            docs = list(dict.fromkeys(d for d, _, _ in run))
+            if rank < len(docs) and docs[rank] not in chosen and len(chosen) < top_k:
+                chosen[docs[rank]] = max((h for h in run if h[0] == docs[rank]), key=lambda h: h[2])
+    seen = {p for _, p, _ in chosen.values()}
+    extra = sorted({h[1]: h for run in runs for h in run if h[1] not in seen}.values(), key=lambda h: -h[2])
+    return [*chosen.values(), *extra[:passages]]
+

@@ -29,8 +29,13 @@ def clean(text: str) -> str:
     return text[:MAX_MESSAGE_CHARS].strip()
 
 
+@lru_cache(maxsize=8192)
 def fold(text: str) -> str:
-    """Lower-case, accents stripped, punctuation to spaces, single spaces: for lexicon matching."""
+    """Lower-case, accents stripped, punctuation to spaces, single spaces: for lexicon matching.
+
+    Memoised: a routing turn folds the same lexicon phrases and message a few hundred times (about
+    3 ms of a 5 ms budget on 2 cores, measured with `tramita bench`'s overhead profile).
+    """
     text = unicodedata.normalize("NFKD", text.lower())
     text = "".join(c for c in text if not unicodedata.combining(c))
     text = re.sub(r"[^\w\s-]", " ", text)

@@ -487,22 +487,23 @@ class ConfirmationClassifier:
 
     # ------------------------------------------------------------------ outside a confirmation
 
-    def assent(self, text: str, pending: Iterable[object] = (), choices: Iterable[str] = ()) -> bool:
+    def assent(self, text: str, choices: Iterable[str] = ()) -> bool:
         """A bare assent ("sim, pode continuar", "ok", "yes, go on"): a short reply, no value, no
         question, doubt, contrast or negation, that the lexicon or the prototypes call "confirm".
 
         Used while parameters are collected, where an assent answers nothing: it must not become a
-        free-text value nor a request for another tool. A wrong "assent" there only costs a
+        free-text value nor a request for another tool. Any value-shaped token, even one the
+        transaction already holds ("aprova a EXP-0264"), makes the reply more than an assent: it is
+        then an answer or a request, for the nodes' other rules. A wrong "assent" only costs a
         re-asked question, so the prototype needs the ordinary `margin`, not `confirm_margin`.
         """
-        pending = list(pending)
-        f = self._facts(text, pending, [c for c in choices if c.strip()])
+        f = self._facts(text, (), [c for c in choices if c.strip()])
         if f.no_confirm or f.negation or not _fold(text) or len(_fold(text).split()) > SHORT_REPLY_WORDS:
             return False
         early = self._early(text, f)
         if early is not None:
             return early.label == "confirm"
-        scores = self._scores([self._embedding_text(text, pending)])
+        scores = self._scores([self._embedding_text(text, ())])
         ranked = sorted(LABELS, key=lambda lab: float(scores[lab][0]), reverse=True)
         return ranked[0] == "confirm" and float(scores["confirm"][0] - scores[ranked[1]][0]) >= self.margin
 
@@ -635,10 +636,10 @@ def mentions_cancel(text: str) -> bool:
     return cancel_split(text).cancel
 
 
-def is_assent(text: str, pending: Iterable[object] = (), choices: Iterable[str] = ()) -> bool:
+def is_assent(text: str, choices: Iterable[str] = ()) -> bool:
     """`ConfirmationClassifier.assent` on the shared instance; the lexicon alone if the model fails."""
     try:
-        return shared_classifier().assent(text, pending, choices)
+        return shared_classifier().assent(text, choices)
     except Exception:  # noqa: BLE001
         return classify(text) == "confirm"
 

@@ -92,7 +92,8 @@ _DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?)\b|\b(ont
 _QUARTER = re.compile(r"\b(20\d{2}-?Q[1-4]|Q[1-4](?:[ /-]?20\d{2})?|[1-4][ºo°]?\s*trimestre|"
                       r"(?:primeiro|segundo|terceiro|quarto)\s+trimestre|(?:first|second|third|fourth)\s+quarter)\b",
                       re.IGNORECASE)
-_NEGATIVE = re.compile(r"\b(reduz\w*|diminu\w*|cort\w*|reduce\w*|decrease\w*|cut|lower|menos)\b", re.IGNORECASE)
+_NEGATIVE = re.compile(r"\b(reduz\w*|redu[cç][aã]o|redu[cç][oõ]es|diminu\w*|cort\w*|reduce\w*|reduction|decrease\w*|"
+                       r"cut|lower|menos|minus|negativ\w*)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -111,27 +112,44 @@ def deterministic(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[s
 
     The head clause (before ":", " - ", "porque", "motivo:") is read first; the rest of the message
     only supplies parameters the head does not carry, so a long description neither makes a value
-    ambiguous ("… jantar … no app" next to "refeição") nor replaces one.
+    ambiguous ("… jantar … no app" next to "refeição") nor replaces one: first from its clauses
+    that are only values ("…: transport, 23.40 USD, 2026-05-12, taxi … hotel"), then, for a name or
+    id still missing, from the whole rest when it is unambiguous there (never a number).
     """
     head = spans.head_clause(message)
     if head == message:
         return _scan(spec, message, engine, synonyms)
-    first = _scan(spec, head, engine, synonyms)
+    found = _scan(spec, head, engine, synonyms)
     tail = message[message.find(head) + len(head):]
+
+    def take(name: str, value: Any, surface: str) -> None:
+        if name in found.ambiguous:
+            return
+        if name in found.values and found.values[name] != value:
+            if name not in taken_from_head:
+                found.values.pop(name)
+                found.surfaces.pop(name, None)
+                found.ambiguous.append(name)
+            return
+        found.values[name] = value
+        found.surfaces[name] = surface
+
+    taken_from_head = set(found.values) | set(found.ambiguous)
+    # the clauses of the rest that are only values ("…: transport, 23.40 USD, 2026-05-12, taxi …")
+    for a, b in spans.clauses(tail):
+        piece = tail[a:b]
+        part = _scan(spec, piece, engine, synonyms)
+        if part.values and not spans.has_content(piece, [*part.surfaces.values(), *part.values.values()]):
+            for name, value in part.values.items():
+                if name not in taken_from_head:
+                    take(name, value, part.surfaces.get(name, str(value)))
+    # a name or id still missing may sit inside the free text ("…: o payments-api caiu"); a number
+    # there is part of it ("erro 422", "3 clientes") and never an answer
     rest = _scan(spec, tail, engine, synonyms)
-    # values inside the free text itself ("reunião com 3 clientes") are words of it, not answers;
-    # those in the value clauses before it ("…: transport, 23.40 USD, 2026-05-12, taxi …") are
-    start, end = spans.trim_offsets(tail, [*first.surfaces.values(), *rest.surfaces.values()])
     for name, value in rest.values.items():
-        if name in first.values or name in first.ambiguous:
-            continue
-        where = spans.locate(rest.surfaces.get(name, str(value)), tail)
-        if where is not None and start <= where[0] < end:
-            continue
-        first.values[name] = value
-        first.surfaces[name] = rest.surfaces.get(name, str(value))
-    first.ambiguous += [n for n in rest.ambiguous if n not in first.values and n not in first.ambiguous]
-    return first
+        if name not in found.values and name not in found.ambiguous and kind_of(spec.properties[name]) != "number":
+            take(name, value, rest.surfaces.get(name, str(value)))
+    return found
 
 
 def _scan(spec: ToolSpec, message: str, engine: Engine, synonyms: dict[str, dict[str, str]] | None = None) -> Found:
@@ -381,13 +399,17 @@ def unknown_references(spec: ToolSpec, message: str, missing: list[str], engine:
     return out
 
 
-def correction_allowed(schema: dict[str, Any], message: str, has_cue: bool) -> bool:
+def correction_allowed(schema: dict[str, Any], message: str, has_cue: bool, surface: str | None = None) -> bool:
     """May a value found in the message replace one already filled?
 
-    Ids and enum values are strong signals (a different EXP-… is a different expense). A number,
-    date or name inside a longer sentence is often part of free text ("Antifraude 3.0"), so it
-    replaces a filled value only with a correction cue or when it is nearly the whole message.
+    Ids and enum values the user wrote are strong signals (a different EXP-… is a different
+    expense). A number, date or name inside a longer sentence is often part of free text
+    ("Antifraude 3.0"), and so is an enum value read from a synonym ("suporte de notebook" is not a
+    new category), so those replace a filled value only with a correction cue or when they are
+    nearly the whole message. `surface` is the text the value was read from, when known.
     """
-    if kind_of(schema) in ("id", "enum", "quarter"):
+    kind = kind_of(schema)
+    synonym = kind == "enum" and surface is not None and fold(surface) not in {fold(str(o)) for o in schema["enum"]}
+    if kind in ("id", "enum", "quarter") and not synonym:
         return True
     return has_cue or len(message.split()) <= 4

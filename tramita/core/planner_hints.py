@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.backends import BACKENDS
+from tools.backends.base import question_parts as parts
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
@@ -52,10 +53,6 @@ log = get_logger("tramita.planner")
 
 Decision = Literal["clear", "close", "none"]
 _ID = re.compile(r"\b[A-Za-z]{1,4}-?\d{2,6}\b|\b\d{4}-[WQ]\d{1,2}\b")
-# where a question that asks two things splits ("… agora? E o que diz o runbook …")
-_PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?:qual|quais|quem|quando|como|"
-                    r"quantos|quantas|quanto|o que|onde|what|which|who|when|how|where|is|are|does|did)\b)",
-                    re.IGNORECASE)
 _STOP = frozenset("""a o os as um uma de do da dos das em no na nos nas e ou para pra pro por com sem que se ao aos
     the an of to in on at for by with and or is are was were be it its this that these those from as""".split())
 
@@ -75,7 +72,7 @@ class PlannerFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     descriptions: dict[str, str] = {}
-    matching: Matching = Field(default_factory=Matching)
+    matching: Matching
     document_kinds: list[str] = []
 
 
@@ -141,14 +138,6 @@ class Masker:
         return {_stem(w) for w in masked.split() if w not in stop and w not in kinds and len(w) > 2 and not w.isdigit()}
 
 
-def parts(question: str) -> list[str]:
-    """The parts of a question that asks two or more things (each of three words or more); [] for
-    a question that asks one thing.
-    """
-    found = [p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3]
-    return found if len(found) > 1 else []
-
-
 # ------------------------------------------------------------------------------------ index
 
 @dataclass
@@ -208,8 +197,22 @@ def _cache_file(revision: str) -> Path | None:
         return None
 
 
+_VECTORS: dict[str, np.ndarray] = {}
+
+
 def _embed(texts: list[str], revision: str, embeddings: Embeddings) -> np.ndarray:
-    """The passage vectors of `texts`, read from the revision's cache file when it is there."""
+    """The passage vectors of `texts`: from memory, else the revision's cache file, else e5."""
+    with _LOCK:
+        hit = _VECTORS.get(revision)
+    if hit is not None and hit.shape[0] == len(texts):
+        return hit
+    vectors = _embed_uncached(texts, revision, embeddings)
+    with _LOCK:
+        _VECTORS[revision] = vectors
+    return vectors
+
+
+def _embed_uncached(texts: list[str], revision: str, embeddings: Embeddings) -> np.ndarray:
     path = _cache_file(revision)
     if path is not None and path.exists():
         try:
@@ -262,11 +265,13 @@ def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -
     if hit is not None:
         return hit
     stop = _language_stopwords()
-    masked = [(name, masker.mask(t)) for name, texts in vocab.items() for t in texts]
-    vectors = _embed([t for _, t in masked], revision, embeddings or _default_embeddings())
+    source = embeddings or _default_embeddings()
     groups: dict[str, list[Any]] = {}
-    for (name, _), vec in zip(masked, vectors, strict=True):
-        groups.setdefault(name, []).append(vec)
+    for name, texts in vocab.items():
+        # one cache entry per backend: a new or changed backend re-embeds only its own texts
+        masked = [masker.mask(t) for t in texts]
+        own = hashlib.sha256(f"{model}\n{name}\n".encode() + "\n".join(masked).encode()).hexdigest()[:24]
+        groups[name] = list(_embed(masked, own, source))
     owners: dict[str, set[str]] = {}
     for name, texts in vocab.items():
         for t in texts:

