@@ -102,6 +102,10 @@ class TurnTrace(TypedDict, total=False):
     # tramita.core.confirmation decided it ("lexicon", "prototype", "llm"); execute_tool overwrites
     # `route`, so this is what tells an eval the write followed an explicit confirmation
     confirmed_by: str
+    # the planner's vocabulary match (tramita.core.planner_hints.Route.trace): scores, decision
+    plan_match: dict[str, Any]
+    # synthesis removed something from the model's answer (a label, exception text, a citation)
+    sanitised: bool
 
 
 def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
@@ -127,7 +131,8 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
         merged["nodes"] = [*old.get("nodes", []), *new["nodes"]]
     if "errors" in new:
         merged["errors"] = [*old.get("errors", []), *new["errors"]]
-    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s", "confirmed_by"):
+    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s", "confirmed_by", "plan_match",
+                "sanitised"):
         if key in new:
             merged[key] = new[key]  # type: ignore[literal-required]
     return merged

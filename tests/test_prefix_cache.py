@@ -2,7 +2,8 @@
 
 The real-model tests prove what matters: a call whose static prefix is restored from a saved state
 gives exactly the output of a call that evaluates every token, at temperature 0, and pays only for
-the new tokens. They are short (small prompts, a few output tokens): the CI machine has 2 cores.
+the new tokens; and the grammar-checked greedy decoder gives exactly llama-cpp-python's
+grammar-first output. They are short (small prompts, a few output tokens): the CI machine has 2 cores.
 """
 
 from __future__ import annotations
@@ -137,3 +138,27 @@ def test_partial_prefix_match_is_truncated_correctly(gguf: str) -> None:
     out = cached.invoke(msgs)
     assert out.content == reference
     assert out.response_metadata["prefix_cache"] == "ram" and out.response_metadata["prefix_restored"] > 0
+
+
+class Plan(BaseModel):
+    use_sql: bool
+    use_graph: bool
+    use_docs: bool
+    reason: str
+
+
+@pytest.mark.real_model
+def test_grammar_checked_greedy_gives_the_library_output(gguf: str) -> None:
+    """Same JSON, token for token, as llama-cpp-python's sampler chain (grammar over the whole vocabulary)."""
+    system = ("You plan how to answer a question about NovaOps. Reply with JSON only: "
+              "{\"use_sql\": bool, \"use_graph\": bool, \"use_docs\": bool, \"reason\": \"short\"}.")
+    asks = [[SystemMessage(system), HumanMessage("Question: \"\"\"Quantas despesas estão pendentes?\"\"\"")],
+            [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: aprovar EXP-0264\nUser reply: \"\"\"pode ser\"\"\"")]]
+    for msgs, schema in zip(asks, (Plan, Pick), strict=True):
+        outs = []
+        for fast in (False, True):
+            model = _model(gguf, prefix_cache_mib=0, max_tokens=24, fast_grammar=fast)
+            _cold(model)
+            raw = model.with_structured_output(schema, include_raw=True).invoke(msgs)["raw"]
+            outs.append((raw.content, raw.usage_metadata["output_tokens"]))
+        assert outs[0] == outs[1], outs

@@ -146,10 +146,20 @@ class LoadedLlama:
         return tokens, boundary, stop, res.stopping_criteria
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 @lru_cache(maxsize=2)
-def loaded_llama(model_path: str, opts: LlamaOptions = LlamaOptions()) -> LoadedLlama:
-    """Load a GGUF once per process and context options."""
+def _load(model_path: str, opts: LlamaOptions) -> LoadedLlama:
     return LoadedLlama(model_path, opts)
+
+
+def loaded_llama(model_path: str, opts: LlamaOptions = LlamaOptions()) -> LoadedLlama:
+    """Load a GGUF once per process and context options (retrieval backends run in parallel
+    threads: without the lock two of them could each load a copy at first use).
+    """
+    with _LOAD_LOCK:
+        return _load(model_path, opts)
 
 
 def shared_llama(model_path: str, n_ctx: int = 4096, n_threads: int = 2, **options: Any) -> Any:
@@ -178,6 +188,96 @@ class _TokenClock:
         return False
 
 
+class GreedyGrammarDecoder:
+    """Greedy decoding under a GBNF grammar that checks the best token first.
+
+    llama-cpp-python's sampler chain runs the grammar over all ~152k candidate tokens before greedy
+    picks one, which costs more than the model's forward pass on 2 cores. At temperature 0 the best
+    token the grammar allows is the model's best token whenever the grammar allows that one (the
+    allowed set is a subset), so checking that single token first and constraining the whole
+    vocabulary only when it is refused picks exactly the same tokens (llama.cpp's common sampler
+    does the same: grammar_first=false). Ties resolve to the lowest token id, as llama.cpp's greedy.
+    """
+
+    def __init__(self, loaded: LoadedLlama, grammar: str, clock: _TokenClock) -> None:
+        """`grammar`: GBNF text with a `root` rule; `clock` notes the first token and counts tokens."""
+        self.loaded = loaded
+        self.grammar = grammar
+        self.clock = clock
+        self.finish: str | None = None
+        self.generated = 0
+        self.rejections = 0
+
+    def run(self, tokens: list[int], max_tokens: int, stops: list[str]) -> Iterator[str]:
+        """Evaluate what the context lacks of `tokens`, then decode, yielding text as it grows.
+
+        `finish` ("stop" or "length") and `generated` (tokens, end-of-generation excluded) are set
+        when the iterator is exhausted.
+        """
+        import ctypes
+
+        import llama_cpp
+        import numpy as np
+
+        llama: Any = self.loaded.llama
+        ctx = llama._ctx.ctx
+        vocab = llama._model.vocab
+        n_vocab = llama.n_vocab()
+        n_ctx = llama.n_ctx()
+        keep = common_prefix(np.asarray(llama.input_ids[: llama.n_tokens], dtype=np.int32),
+                             np.asarray(tokens, dtype=np.int32))
+        keep = min(keep, len(tokens) - 1)  # the last prompt token is evaluated for its logits
+        llama.n_tokens = keep
+        llama.eval(tokens[keep:])  # removes cells from `keep` on, then decodes
+        sampler = llama_cpp.llama_sampler_init_grammar(vocab, self.grammar.encode("utf-8"), b"root")
+        if not sampler:
+            raise ValueError("llama.cpp refused the JSON grammar")
+        one = (llama_cpp.llama_token_data * 1)()
+        one_arr = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+        full = (llama_cpp.llama_token_data * n_vocab)()
+        view = np.frombuffer(full, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)]))
+        ids = np.arange(n_vocab, dtype=np.int32)
+        out: list[int] = []
+        shown = ""
+        limit = max(0, min(max_tokens, n_ctx - len(tokens)))
+        self.finish = "length"
+        try:
+            for _ in range(limit):
+                if out:
+                    llama.eval([out[-1]])  # the previous token, now that it is kept
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+                tok = int(np.argmax(logits))
+                one[0] = llama_cpp.llama_token_data(tok, float(logits[tok]), 0.0)
+                one_arr.data = ctypes.cast(one, llama_cpp.llama_token_data_p)
+                one_arr.size, one_arr.selected, one_arr.sorted = 1, -1, False
+                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(one_arr))
+                if one[0].logit == float("-inf"):  # refused: constrain the whole vocabulary
+                    self.rejections += 1
+                    view["id"], view["logit"], view["p"] = ids, logits, 0.0
+                    arr = llama_cpp.llama_token_data_array(data=full, size=n_vocab, selected=-1, sorted=False)
+                    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(arr))
+                    tok = int(view["id"][int(np.argmax(view["logit"]))])
+                llama_cpp.llama_sampler_accept(sampler, tok)
+                self.clock(None, None)
+                if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                    self.finish = "stop"
+                    break
+                out.append(tok)
+                text = llama.detokenize(out, prev_tokens=tokens).decode("utf-8", errors="ignore")
+                cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+                if cut >= 0:
+                    text, self.finish = text[:cut], "stop"
+                if len(text) > len(shown) and text.startswith(shown):
+                    piece, shown = text[len(shown):], text
+                    self.generated = len(out)
+                    yield piece
+                if self.finish == "stop":
+                    break
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+        self.generated = len(out)
+
+
 class ChatLlamaCppShared(BaseChatModel):
     """Chat model on a shared llama.cpp instance; `json_schema` (bound by `with_structured_output`)
     constrains sampling to a schema.
@@ -197,6 +297,10 @@ class ChatLlamaCppShared(BaseChatModel):
     prefix_cache_mib: float = 256.0  # 0 turns the static-prefix KV cache off
     prefix_cache_dir: str | None = None  # a folder keeps prefixes across processes
     prefix_cache_disk_mib: float = 1024.0
+    # JSON-constrained greedy calls check the model's own best token against the grammar and only
+    # constrain the whole 152k vocabulary when it is refused (llama.cpp's own sampler order);
+    # False: llama-cpp-python's sampler chain, which applies the grammar to every token first
+    fast_grammar: bool = True
     temperature: float = 0.0
     max_tokens: int = 256
     timeout_seconds: float = 60.0
@@ -233,15 +337,28 @@ class ChatLlamaCppShared(BaseChatModel):
             tokens, boundary, stops, criteria = loaded.render(chat)
             acct: CallTokens = loaded.cache.prepare(llama, tokens, boundary)
             clock = _TokenClock(started)
-            from llama_cpp import StoppingCriteriaList
-
-            crit = StoppingCriteriaList([*(criteria or []), clock])
-            out = llama.create_completion(prompt=tokens, temperature=self.temperature, max_tokens=self.max_tokens,
-                                          stop=[*stops, *(stop or [])], seed=0, stream=stream, stopping_criteria=crit,
-                                          grammar=loaded.grammar(schema), **_SAMPLING)
+            grammar = loaded.grammar(schema)
             finish = None
             completion_tokens = None
-            if stream:
+            if grammar is not None and self.temperature == 0.0 and self.fast_grammar:
+                decoder = GreedyGrammarDecoder(loaded, grammar._grammar, clock)
+                pieces = decoder.run(tokens, self.max_tokens, [*stops, *(stop or [])])
+                if stream:
+                    yield from pieces
+                else:
+                    yield "".join(list(pieces))
+                finish, completion_tokens = decoder.finish, decoder.generated
+                out = None
+            else:
+                from llama_cpp import StoppingCriteriaList
+
+                crit = StoppingCriteriaList([*(criteria or []), clock])
+                out = llama.create_completion(prompt=tokens, temperature=self.temperature, max_tokens=self.max_tokens,
+                                              stop=[*stops, *(stop or [])], seed=0, stream=stream, stopping_criteria=crit,
+                                              grammar=grammar, **_SAMPLING)
+            if out is None:
+                pass
+            elif stream:
                 for part in out:
                     choice = part["choices"][0]
                     finish = choice.get("finish_reason") or finish

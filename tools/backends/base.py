@@ -183,7 +183,9 @@ def present_rows(context: dict[str, Any], lang: str, units: Mapping[str, str] | 
     """A copy of a query backend's context whose rows are display strings (numbers per `lang`,
     units from `units` or the column names) and whose `columns` carry their unit.
     """
-    rows = [r for r in context.get("rows") or [] if isinstance(r, dict)]
+    rows = list(context.get("rows") or [])
+    if not all(isinstance(r, dict) for r in rows):
+        return context  # not a table (an API's JSON list): its backend renders it as it is
     columns: list[str] = list(dict.fromkeys(k for r in rows for k in r))
     col_units = column_units(str(context.get("query") or ""), columns, units or {})
     shown = [{c: _cell(r.get(c), c, lang, col_units.get(c)) for c in columns} for r in rows]

