@@ -6,7 +6,7 @@ scores its context exactly as the eval does (tramita.lab.evaluation.questions: t
 `query` re-run against the gold query's rows), and reports which path answered each item:
 
     .venv/bin/python benchmarks/graph_patterns.py [--questions sample/novaops/questions.own.jsonl]
-        [--ids q-own-035,...] [--profile local] [--data DIR] [--json out.json]
+        [--ids q-own-035,...] [--any-graph] [--profile local] [--data DIR] [--json out.json]
 
 DIR is an ingested data directory (default: the configured deployment, `Settings.from_env()`).
 """
@@ -26,10 +26,11 @@ from tramita.base.paths import SAMPLE_DIR
 console = Console(highlight=False)
 
 
-def graph_items(path: Path, ids: list[str] | None) -> list[dict[str, Any]]:
-    """Items that need the graph alone and carry a gold Cypher query."""
+def graph_items(path: Path, ids: list[str] | None, *, graph_only: bool = True) -> list[dict[str, Any]]:
+    """Items with a gold Cypher query that need the graph alone (or, not `graph_only`, among others)."""
     items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [i for i in items if i.get("needs") == ["graph"] and i.get("gold_cypher") and (not ids or i["id"] in ids)]
+    return [i for i in items if i.get("gold_cypher") and (not ids or i["id"] in ids)
+            and (i.get("needs") == ["graph"] if graph_only else "graph" in i.get("needs", []))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="ingested data directory (its embedded stores)")
     parser.add_argument("--today", default="2026-05-15", help="the date questions are asked on")
     parser.add_argument("--json", type=Path, help="also write every item's result here")
+    parser.add_argument("--any-graph", action="store_true",
+                        help="also items that need other backends besides the graph (scored on the graph's query)")
     args = parser.parse_args(argv)
 
     from tools.backends import BACKENDS, BackendCall
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     gold_graph = GraphTool(svc.graph_tool.url, row_cap=1000)  # as the eval scores it
     ids = [i.strip() for i in args.ids.split(",")] if args.ids else None
     results: list[dict[str, Any]] = []
-    for item in graph_items(args.questions, ids):
+    for item in graph_items(args.questions, ids, graph_only=not args.any_graph):
         usage = Usage()
         started = time.perf_counter()
         call = BackendCall(question=item["question"], today=args.today, profile=args.profile, services=svc, usage=usage)

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan, _ = llm_plan(item["question"], r.candidates, backend=args.llm, usage=Usage())
                 except LLMError:
                     plan = r.candidates[:1]
+            plan = [*plan, *(n for n in r.required if n not in plan)]
         gold = set(item["needs"])
         rows.append({"id": item["id"], "needs": sorted(gold), "plan": sorted(plan), "decision": r.decision,
                      "candidates": r.candidates, "llm_calls": calls, "ok": set(plan) == gold,

@@ -6,7 +6,7 @@ linking and the fallback together, and reports which path answered. It scores ex
 does (tramita.lab.evaluation.questions):
 
     .venv/bin/python benchmarks/semantic_accuracy.py --questions sample/novaops/questions.own.jsonl
-        [--only-sql] [--ids q-own-001,...] [--profile local] [--data DIR] [--json OUT]
+        [--only-sql] [--ids q-own-001,...] [--profile local] [--data DIR] [--json OUT] [--threads N]
 
 DIR is an ingested data directory (default: the configured deployment). `--only-sql` keeps the items
 whose `needs` is exactly ["sql"]; without it every item that needs SQL and has a gold query runs.
@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="ingested data directory (its embedded stores)")
     parser.add_argument("--today", default="2026-05-15", help="the date questions are asked on")
     parser.add_argument("--json", type=Path, help="also write every item's result here")
+    parser.add_argument("--threads", type=int, help="override the profile's llama.cpp threads (on a machine "
+                        "shared by many processes 1 thread is far faster: 2 spin on each other)")
     args = parser.parse_args(argv)
 
     from tools.backends.base import BackendCall
@@ -61,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     from tramita.lab.evaluation.questions import _score_execution, sql_is_ordered, sqlite_rows
 
     check_profile(args.profile)
+    if args.threads:
+        from tools.llm import profiles
+
+        spec = profiles().backends[args.profile]
+        spec.n_threads, spec.n_threads_batch = args.threads, args.threads
     base = Settings.embedded(args.data.expanduser().resolve()) if args.data else Settings.from_env()
     svc = Services(base.with_profile(args.profile))
     db = Path(base.sql_url.removeprefix("sqlite:///"))

@@ -88,6 +88,8 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 errors.append(str(exc)[:200])
             if not chosen:
                 chosen, reason = candidates[:1], f"{reason} (none chosen: the best match)".strip()
+        # a question that names a policy, a rule, a deadline or a process reaches the documents
+        chosen = [*chosen, *(n for n in (matched.required if matched is not None else []) if n not in chosen)]
     chosen = [n for n in names if n in chosen]  # registry order: stable routes and traces
     p = Plan(backends=chosen, reason=reason)
     return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=errors, **extra,

@@ -158,3 +158,9 @@ def test_a_failing_llm_takes_the_best_candidate_not_every_backend(monkeypatch: p
     out = _plan("q", lambda _p: "not json", monkeypatch, ph.Route("close", [], ["sql", "graph"], [], "close"))
     assert out["plan"]["backends"] == ["sql"] and out["plan"]["backends"] != list(BACKENDS)
     assert out["turn"]["errors"]
+
+
+def test_a_named_kind_of_document_stays_in_the_plan_whatever_the_llm_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _plan("q", lambda _p: json.dumps({"use_sql": True, "use_docs": False}), monkeypatch,
+                ph.Route("close", [], ["sql", "docs"], [], "close", ["docs"]))
+    assert out["plan"]["backends"] == ["docs", "sql"]

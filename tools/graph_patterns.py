@@ -534,6 +534,8 @@ class PatternEngine:
         if engine is None:
             engine = cls(load_patterns(path))
             with _lock:
+                for stale in [k for k in _engines if k[0] == key[0] and k != key]:
+                    del _engines[stale]  # an edited file replaces its engine
                 engine = _engines.setdefault(key, engine)
         return engine
 

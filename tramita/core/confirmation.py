@@ -9,7 +9,10 @@ fallback has cancelled a plain assent. Three stages, cheapest first:
    top_k cosines per class (top_k 1: the nearest prototype), accepted only when the best class
    beats the runner-up by `margin`, or by the larger `confirm_margin` for "confirm" (unless most of
    the reply's words are lexicon assent phrases), because a wrong "confirm" executes a write;
-3. otherwise "unsure": the caller asks the LLM and accepts only a label in `result.allowed`.
+3. otherwise "unsure": the caller asks the LLM and accepts only a label in `result.allowed`, which
+   then holds the two classes the prototypes could not separate (and "other"): a small model reads
+   colloquial assent ("fechou") literally, as a refusal, and must not cancel a reply the prototypes
+   found assent-like, nor confirm one they found refusal-like.
 
 Deterministic guards sit over every stage because the one error that must never happen is a
 confirmation the user did not give. A reply that carries a new value (an id, a number or an enum
@@ -462,6 +465,10 @@ class ConfirmationClassifier:
         allowed = _allowed(f)
 
         def result(label: Label | Literal["unsure"], at: Stage, why: str) -> ConfirmationResult:
+            if label == "unsure" and scores:  # the LLM arbitrates what the prototypes could not separate
+                top2 = sorted(allowed, key=lambda lab: scores[lab], reverse=True)[:2]
+                narrowed = tuple(lab for lab in allowed if lab in top2 or lab == "other")
+                return ConfirmationResult(label, score, margin, at, allowed=narrowed, reason=why, scores=scores)
             return ConfirmationResult(label, score, margin, at, allowed=allowed, reason=why, scores=scores)
 
         if f.doubt:
@@ -469,7 +476,7 @@ class ConfirmationClassifier:
         if f.new_values:
             if f.additive:
                 return result("other", "guard", f"additional value {f.new_values[0]}: a new request")
-            if proposal != "other":
+            if proposal != "other" or margin < self.margin:  # "other" must win clearly over a new value
                 return result("correct", "guard", f"new value {f.new_values[0]}")
         elif f.question:
             return result("other", "guard", "question")

@@ -315,11 +315,12 @@ class Route:
     candidates: list[str]
     matches: list[Match]
     reason: str
+    required: list[str] = field(default_factory=list)  # in the plan whatever the LLM says (named documents)
 
     def trace(self) -> dict[str, Any]:
         """The route as the turn trace shows it (`plan_match`)."""
         return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
-                "matches": [m.trace() for m in self.matches]}
+                "required": self.required, "matches": [m.trace() for m in self.matches]}
 
 
 def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m: Matching) -> list[tuple[str, float]]:
@@ -367,9 +368,9 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     if all(x.decision == "clear" for x in decided):
         chosen = [n for n in names if n in {x.best for x in decided} | set(docs)]
         why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "")
-        return Route("clear", chosen, chosen, matches, why)
+        return Route("clear", chosen, chosen, matches, why, docs)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
-        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor")
+        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", docs)
     candidates = {n for x in matches for n in x.close} | set(docs)
     ordered = [n for n, _ in whole.ranked if n in candidates]
-    return Route("close", [], ordered, matches, "close backends: the LLM decides")
+    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs)
