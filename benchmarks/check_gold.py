@@ -42,7 +42,8 @@ BACKENDS = (("sql", "gold_sql"), ("graph", "gold_cypher"), ("docs", "gold_doc_id
 
 def _module(names: tuple[str, ...], pattern: str) -> ModuleType:
     """The first importable of `names`, else the first file under tramita/ matching `pattern`
-    (the package layout moves; the fact matcher and the guard only need the standard library)."""
+    (the package layout moves; the fact matcher and the guard only need the standard library).
+    """
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     for name in names:
@@ -63,7 +64,7 @@ _facts = _module(("tramita.lab.evaluation.facts", "tramita.evaluation.facts"), "
 
 
 def _guard() -> Any:
-    """tramita's Cypher guard (validate_cypher), or None where it cannot be imported."""
+    """Tramita's Cypher guard (validate_cypher), or None where it cannot be imported."""
     try:
         return _module(("tools.cypher_guard",), "tools/cypher_guard.py").validate_cypher
     except Exception:  # noqa: BLE001 - the check still runs the raw query
@@ -76,7 +77,9 @@ def sql_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 class Graph:
+    """A read-only LadybugDB connection that runs gold Cypher through the same guard as tramita."""
     def __init__(self, path: Path) -> None:
+        """Open `path` read-only; the guard is used when tramita's is importable."""
         import ladybug
 
         self._db = ladybug.Database(str(path), read_only=True)
@@ -84,6 +87,7 @@ class Graph:
         self._guard = _guard()
 
     def rows(self, cypher: str) -> list[tuple[Any, ...]]:
+        """The rows of `cypher` as tuples (guarded and row-capped)."""
         query = self._guard(cypher, row_cap=1000) if self._guard else cypher
         result = self._conn.execute(query)
         out = []

@@ -19,7 +19,8 @@ makes the dev figures flatter the holdout ones. This script lists every such ove
 
     .venv/bin/python benchmarks/dev_leakage.py [FILE ...] [--n 4] [--json]
 
-Without files it scans `prompts/*.txt` and `policies/*.yaml`. Exit status 1 when anything is
+Without files it scans `prompts/*.txt`, `policies/*.yaml`, the semantic model, the graph patterns and the API
+sources of the sample. Exit status 1 when anything is
 found other than `ngram-minor`. `tests/test_no_dev_leakage.py` runs `scan` over the same files.
 """
 
@@ -38,7 +39,8 @@ from tramita.base.text import fold
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV_FILES = ("questions.dev.jsonl", "conversations.dev.jsonl")
-DEFAULT_GLOBS = ("prompts/*.txt", "policies/*.yaml")
+DEFAULT_GLOBS = ("prompts/*.txt", "policies/*.yaml", "sample/novaops/semantic_model.yaml",
+                 "sample/novaops/graph_patterns.yaml", "sample/novaops/api/*.yaml")
 # data, not tuning: files that hold the deployment's own configuration and would name dev
 # entities whatever the dev items asked (the reason is printed with the scan)
 NOT_SCANNED = {

@@ -51,6 +51,7 @@ class Routing:
     skipped: list[str] = field(default_factory=list)
 
     def add(self, query: str, expected: str, ranked: list[str], decision: str, best: str | None) -> None:
+        """Count one routed query: top-1 hit, decision kind, and the miss when wrong."""
         self.total += 1
         self.top1 += int(ranked[:1] == [expected])
         self.top3 += int(expected in ranked[:3])
@@ -60,6 +61,7 @@ class Routing:
             self.misses.append((query, expected, ranked[:3]))
 
     def summary(self) -> dict[str, Any]:
+        """The tallies as a JSON-ready dict."""
         out = asdict(self)
         out["decisions"] = dict(self.decisions)
         out["top1_accuracy"] = round(self.top1 / self.total, 4) if self.total else None

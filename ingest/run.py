@@ -16,12 +16,14 @@ from tramita.base.settings import Settings
 
 @dataclass
 class IngestReport:
+    """What each ingest step did and how long it took, for the CLI's summary."""
     steps: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
 def ingest_all(settings: Settings, *, reset: bool = False, progress: bool = True, models: bool = True,
                say: Any = print) -> IngestReport:
+    """Load every store of `settings` (SQL, graph, documents, registry, models) in dependency order."""
     report = IngestReport()
 
     def step(name: str, fn: Any) -> None:

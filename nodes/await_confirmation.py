@@ -145,7 +145,7 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     cue = has_correction_cue(text)
     changed = {k: v for k, v in found.values.items() if str(tx["args"].get(k, "")).upper() != str(v).upper()
                and correction_allowed(spec.properties[k], text, cue, found.surfaces.get(k))}
-    if changed and (res.label == "other" and res.stage == "guard" or another_tool(text, spec, ctx, s)):
+    if changed and (res.label == "other" and res.stage == "guard" or another_tool(text, spec, ctx, s, over_current=True)):
         # "rejeita a EXP-0297" / "aprova também a EXP-0297" while approving EXP-0264 is a new request,
         # and a conditional one ("se for a EXP-0297, pode") is no clean correction either
         return go("intent_shift", "other:tool")
@@ -158,16 +158,21 @@ def await_confirmation(state: State, runtime: Runtime[Context]) -> Command[Next]
     earlier = _named_earlier(tx, spec, text, s) if tx.get("history") and res.label != "reject" else {}
     if earlier:  # "hmm no, Catarina after all"
         return _apply_correction(tx, spec, earlier, ctx, lang, s, "correction:revert-named")
-    if res.label == "correct":  # "sim, mas muda a prioridade": which value is not said; ask again
+    def ask_again(route: str) -> Command[Next]:
         tx["reprompts"] = int(tx.get("reprompts", 0)) + 1
         step = "offer_cancel" if tx["reprompts"] > ctx.max_reprompts else "reprompt"
         return Command(goto="respond", update={"transaction": tx, "step": step,
-                                               "turn": trace("await_confirmation", route="correct:no-value")})
+                                               "turn": trace("await_confirmation", route=route, **usage.trace())})
+
+    if res.label == "correct":  # "sim, mas muda a prioridade": which value is not said; ask again
+        return ask_again("correct:no-value")
     if res.label == "unsure" and 0 < len(words(text)) <= LLM_REPLY_WORDS:
         try:
             decision = llm_decision(text, tx.get("summary", ""), res.allowed, backend=ctx.llm_backend, usage=usage)
         except LLMError:
-            return go("intent_shift", "unsure:llm-failed")
+            # a short reply nobody could read: ask for the yes or no again (routing it as a new
+            # request would only ask a failing model once more)
+            return ask_again("unsure:llm-failed")
         if decision == "confirm" and not names_another_action(text, spec.name, ctx, s):
             return go("execute_tool", "confirm:llm")
         if decision == "reject":

@@ -27,6 +27,7 @@ from tools.business.base import ToolError
 from tools.llm import LLMError, Usage
 from tools.registry_models import ToolSpec
 from tramita.base.faults import crash_point
+from tramita.base.logmask import get_logger
 from tramita.base.text import is_question
 from tramita.core.confirmation import is_assent, mentions_cancel
 from tramita.core.extraction import (
@@ -56,6 +57,8 @@ from tramita.core.request_forms import read_form
 from tramita.core.spans import has_content
 from tramita.core.thread_refs import Resolution, from_args, own_rows, ref_table, resolve, thread_ref_rules
 from tramita.core.transactions import advance, apply_values, ended, new_transaction
+
+log = get_logger("tramita.collect")
 
 
 def _references(spec: ToolSpec, text: str, pending: list[str], state: State, ctx: Context) -> Resolution:
@@ -163,8 +166,13 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
                 raw.update({k: v for k, v in llm.items() if k not in raw})
             except LLMError as exc:
                 llm_failed = str(exc)
+    log.debug("collect: tool=%s keep=%s start=%s pending=%s raw=%s marks=%s llm_failed=%s", spec.name, keep, start,
+              pending, raw, marks, llm_failed)
     free = [k for k in raw if kind_of(spec.properties[k]) == "text"]
-    another = bool(free or changes) and not start and another_tool(text, spec, ctx, s)
+    # a changed typed value is a correction unless the message outranks this tool; free text only
+    # yields to an unmistakable request
+    another = not start and ((bool(changes) and another_tool(text, spec, ctx, s, over_current=True))
+                             or (bool(free) and another_tool(text, spec, ctx, s)))
     if free and not keep_free_text(starting=start, marked=bool(marks), question=question, cancel=cancel,
                                    another_tool=another):
         for k in free:

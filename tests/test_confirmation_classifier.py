@@ -180,3 +180,15 @@ def test_prototypes_are_not_benchmark_lines() -> None:
     lines = [json.loads(line)["text"] for line in BENCHMARK.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(lines) >= 320
     assert not [t for t in lines if fold(t) in folded]
+
+
+@pytest.mark.parametrize("text", ["beleza, pode continuar", "yes, go on", "pode seguir"])
+def test_a_bare_assent_while_collecting(clf: ConfirmationClassifier, text: str) -> None:
+    assert clf.assent(text)
+
+
+@pytest.mark.parametrize("text", ["comprar café para a copa", "lembrar de ligar pro cliente", "trocar a senha do wifi",
+                                  "sim, a EXP-0210"])
+def test_a_short_value_is_not_an_assent(clf: ConfirmationClassifier, text: str) -> None:
+    """A note's text or a reason shaped like a short imperative is an answer, not a "go on"."""
+    assert not clf.assent(text)

@@ -106,7 +106,7 @@ def test_eval_questions_smoke(eval_env: Path) -> None:
     assert s["items_that_changed_data"] == 0
     by_id = {r["id"]: r for r in report["items"]}
     assert by_id["q-dev-001"]["sql"]["correct"] is True and "sql" in by_id["q-dev-001"]["plan"]["backends"]
-    assert by_id["q-dev-038"]["checks"] == {"must_refuse": True}
+    assert by_id["q-dev-038"]["checks"] == {"must_refuse": True, "clean_answer": True}
     assert s["llm_calls_per_turn"]["p50"] is not None
 
     rc = main(["eval", "questions", str(QUESTIONS), "--profile", "scripted", "--ids", "q-dev-001,q-dev-038",
@@ -118,7 +118,7 @@ def test_eval_questions_smoke(eval_env: Path) -> None:
 
     page = (out / "report.html").read_text(encoding="utf-8")
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', page)
-    assert len(images) >= 3
+    assert len(images) >= 2  # rates and latency always; failures and confusion only when there are some
     for b64 in images:
         with Image.open(io.BytesIO(base64.b64decode(b64))) as im:
             assert im.format == "PNG" and im.width > 100

@@ -104,7 +104,7 @@ def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
 
     i = _index(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")), "reports_under")
     message = _broken(tmp_path, depth_out_of_bounds)
-    assert f"field patterns.{i}.parameters.1.int" in message and "default 12 is outside 1..8" in message
+    assert f"field patterns.{i}.parameters.1.int" in message and "default 12 is outside 1..10" in message
 
     def undeclared(d: dict[str, Any]) -> None:
         p = d["patterns"][0]
@@ -174,21 +174,21 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("manager_of", {"person": "E020"},
      "MATCH (a:Employee)-[:REPORTS_TO]->(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.employee_id, b.role"),
     ("manager_of", {"person": "E001"}, "MATCH (a:Employee) WHERE a.employee_id = 'nobody' RETURN a.name, a.name, a.name"),
-    ("management_chain", {"person": "E020", "levels": 8},
-     lambda t: closure(t, "employee_id", "E020", "REPORTS_TO", 8, reverse=False, name="name", extra="role")),
+    ("management_chain", {"person": "E020", "levels": 10},
+     lambda t: closure(t, "employee_id", "E020", "REPORTS_TO", 10, reverse=False, name="name", extra="role")),
     ("management_chain", {"person": "E058", "levels": 2},
      lambda t: closure(t, "employee_id", "E058", "REPORTS_TO", 2, reverse=False, name="name", extra="role")),
     ("direct_reports", {"manager": "E044"},
      "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E044' RETURN b.name, b.role"),
     ("direct_reports", {"manager": "E020"},
      "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.role"),
-    ("reports_under", {"manager": "E044", "levels": 8},
-     lambda t: closure(t, "employee_id", "E044", "REPORTS_TO", 8, reverse=True, name="name", extra="role")),
+    ("reports_under", {"manager": "E044", "levels": 10},
+     lambda t: closure(t, "employee_id", "E044", "REPORTS_TO", 10, reverse=True, name="name", extra="role")),
     ("reports_under", {"manager": "E002", "levels": 2},
      lambda t: closure(t, "employee_id", "E002", "REPORTS_TO", 2, reverse=True, name="name", extra="role")),
-    ("service_dependencies", {"service": "web-frontend", "hops": 6, "criticality": ["hard", "soft"],
+    ("service_dependencies", {"service": "web-frontend", "hops": 7, "criticality": ["hard", "soft"],
                               "dependency_type": ["sync", "async"]},
-     lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 6, reverse=False, name="service_id")),
+     lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 7, reverse=False, name="service_id")),
     ("service_dependencies", {"service": "payments-api", "hops": 4, "criticality": ["hard"],
                               "dependency_type": ["sync", "async"]},
      lambda t: closure(t, "service_id", "payments-api", "DEPENDS_ON", 4, reverse=False, name="service_id",
@@ -200,9 +200,9 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("service_dependents", {"service": "secrets-vault", "hops": 2, "criticality": ["hard", "soft"],
                             "dependency_type": ["sync", "async"]},
      lambda t: closure(t, "service_id", "secrets-vault", "DEPENDS_ON", 2, reverse=True, name="service_id")),
-    ("service_dependents", {"service": "postgres-main", "hops": 6, "criticality": ["soft"],
+    ("service_dependents", {"service": "postgres-main", "hops": 7, "criticality": ["soft"],
                             "dependency_type": ["sync", "async"]},
-     lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 6, reverse=True, name="service_id",
+     lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id",
                        where="r.criticality = 'soft'")),
     ("service_owner", {"service": "payments-api"},
      "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'payments-api' RETURN t.name, t.name_en, t.team_id"),
@@ -446,7 +446,7 @@ def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[
     assert deps.values == {"service": "billing-engine", "hops": 3, "criticality": ["hard"], "dependency_type": ["sync"]}
     both = fill("on_call_for_service", "Who are the primary and the secondary on call for auth-service?")
     assert both.values["role"] == ["primary", "secondary"]
-    assert "outside 1..8" in (fill("management_chain", "Suba 9 níveis acima do Igor Batista.").problem or "")
+    assert "outside 1..10" in (fill("management_chain", "Suba 11 níveis acima do Igor Batista.").problem or "")
     stray = fill("team_members", "Quem do time de Segurança trabalha no Zero Trust Access?")
     assert stray.problem and "PRJ-103" in stray.problem
     # without an LLM a name the gazetteer does not know stays pending
@@ -521,7 +521,8 @@ def test_backend_answers_a_clear_pattern_with_parameters(models_dir: None, novao
     assert ctx["pattern_choice"]["decision"] == "clear"
     # the recorded query runs on its own (the eval re-runs it) and gives the same rows
     assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
-    assert "[graph] rows:" in BACKENDS["graph"].render(ctx)
+    shown = BACKENDS["graph"].render(ctx)
+    assert shown.startswith("[graph] 1 result:") and "Paulo Henrique Barros | Head of Finance & People" in shown
 
 
 def test_backend_falls_back_to_text_to_cypher(models_dir: None, novaops_services: Services) -> None:

@@ -95,8 +95,8 @@ def test_model_fault(fault: str, novaops: Path, novaops_settings: Settings) -> N
         assert q["calls"].get("planner", 0) in (0, 2) and "text_to_cypher" not in q["calls"]
         assert q["calls"]["text_to_sql"] == 2
         assert any(e.startswith("sql: LLMError") for e in q["errors"]) and gap_sentence(["sql"], "pt") in q["answer"]
-        if fault in ("timeout", "empty"):  # synthesis is free text: only no text at all is a failure
-            assert q["calls"]["synthesis"] == 2 and _llm_failed_prefix() in q["answer"]
+        # no backend gave material, so synthesis is not asked: the answer is the plain gap sentence
+        assert "synthesis" not in q["calls"]
         assert any(line.startswith("LLM transaction_parameter_extraction failed twice") for line in logs.lines)
     assert db_changes(novaops, before) == {}
 

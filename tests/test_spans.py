@@ -287,3 +287,14 @@ def test_the_real_model_only_points_at_spans(registry: Any, tool: str, known: di
     assert value is not None, f"{message!r} left {param} empty"
     assert spans.is_span(value, [message]), f"{value!r} is not a span of {message!r}"
     assert expected.lower() in value.lower(), f"{value!r} lacks {expected!r}"
+
+
+def test_a_copy_with_a_value_appended_keeps_only_the_users_words() -> None:
+    """The model copies the clause and appends a value from elsewhere: the shared run is stored,
+    with its unit sign; a reworded copy still fills nothing."""
+    message = "é no billing-engine, a geração de boletos trava em 75%"
+    moved = spans.verify("Geração de boletos trava em 75% no billing-engine", message, ["billing-engine"])
+    assert moved.value == "geração de boletos trava em 75%"
+    reworded = spans.verify("Boletos travando durante a geração no billing", message, ["billing-engine"])
+    assert reworded.value is None
+    assert spans.verify("o sistema de boletos está lento", message).value is None

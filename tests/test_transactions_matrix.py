@@ -92,11 +92,13 @@ CASES: dict[tuple[str, str], tuple[str, Expect]] = {
     ("idle", "one value"): ("aprova a EXP-0264", Expect(
         "awaiting_confirmation", "approve_expense", {"expense_id": "EXP-0264"}, says=(("ask_confirm", {}),))),
     ("idle", "several values"): ("rejeita a EXP-0297 porque o recibo chegou fora do prazo", Expect(
-        # the message that starts a transaction names the action; its free text is not the reason
-        "collecting", "reject_expense", {"expense_id": "EXP-0297"}, absent=("reason",),
-        says=(("ask_param", {"tool": "reject_expense", "param": "reason"}),))),
+        # said all at once: the span after "porque" is the reason, copied verbatim, without a model
+        "awaiting_confirmation", "reject_expense", {"expense_id": "EXP-0297", "reason": "o recibo chegou fora do prazo"},
+        says=(("ask_confirm", {}),))),
     ("idle", "correction"): ("na verdade é a EXP-0266", Expect(
-        "awaiting_confirmation", "approve_expense", {"expense_id": "EXP-0266"}, says=(("ask_confirm", {}),))),
+        # an id and no action: approve and reject are within the margin, so the model chooses
+        "awaiting_confirmation", "approve_expense", {"expense_id": "EXP-0266"}, max_llm=1,
+        says=(("ask_confirm", {}),))),
     ("idle", "yes"): ("sim", Expect("idle", says=NOTHING_PENDING)),
     ("idle", "no"): ("não", Expect("idle", says=NOTHING_PENDING)),
     ("idle", "unclear"): ("talvez", Expect("idle", says=(("not_understood", {}),))),

@@ -54,6 +54,7 @@ class CypherExecutionError(RuntimeError):
     """The engine rejected a validated query; `engine_message` is its text, for a repair prompt."""
 
     def __init__(self, engine_message: str, query: str) -> None:
+        """Keep the engine's own message: the repair prompt shows it to the model."""
         super().__init__(f"Cypher failed: {engine_message}")
         self.engine_message = engine_message
         self.query = query
@@ -99,7 +100,8 @@ _explain_support: dict[str, bool] = {}
 
 def _ladybug_database(path: Path) -> ladybug.Database:
     """The process-wide read-only Database for `path`, opened on first use and reopened when the
-    loader has swapped a new file in (`reset=True` renames a fresh build over the old one)."""
+    loader has swapped a new file in (`reset=True` renames a fresh build over the old one).
+    """
     import ladybug
 
     key = path.resolve()
@@ -131,7 +133,8 @@ def close_ladybug(path: Path) -> None:
 
 def bolt_driver(url: str) -> Driver:
     """The process-wide neo4j driver for a Bolt URL. Never closed before exit: FalkorDB can stall
-    for `connection_acquisition_timeout` on the first connection after any `driver.close()`."""
+    for `connection_acquisition_timeout` on the first connection after any `driver.close()`.
+    """
     from neo4j import GraphDatabase
 
     target = parse_graph_url(url)
@@ -278,7 +281,8 @@ def read_graph_schema(schema_md: Path = SAMPLE_DIR / "graph" / "schema.md") -> G
 
 def _plain(value: Any) -> Any:
     """Engine values as plain Python: nodes and relationships become dicts of their properties,
-    paths become {'nodes': [...], 'rels': [...]}."""
+    paths become {'nodes': [...], 'rels': [...]}.
+    """
     from neo4j.graph import Node, Relationship
     from neo4j.graph import Path as NeoPath
 
@@ -310,6 +314,7 @@ class GraphTool:
     def __init__(self, url: str, *, row_cap: int = 200, timeout_s: float = 10.0,
                  sample_dir: Path = SAMPLE_DIR,
                  allowed_procedures: frozenset[str] = frozenset()) -> None:
+        """Bind the target graph (embedded or Bolt) with its row cap, timeout and allowed procedures."""
         self.url = url
         self.target = parse_graph_url(url)
         self.row_cap = row_cap
@@ -319,6 +324,7 @@ class GraphTool:
 
     @property
     def backend(self) -> Backend:
+        """The dialect in use: `ladybug` (embedded) or `neo4j` (Bolt)."""
         return self.target.backend
 
     # -- availability
@@ -334,9 +340,11 @@ class GraphTool:
     # -- prompts
 
     def schema_text(self) -> str:
+        """The graph schema as the prompts show it."""
         return read_graph_schema(self.sample_dir / "graph" / "schema.md").prompt_text()
 
     def dialect_notes(self) -> str:
+        """The Cypher dialect notes for this backend's prompt."""
         name = "ladybug" if self.backend == "ladybug" else "neo4j"
         return (PROMPTS_DIR / f"cypher_dialect_{name}.txt").read_text(encoding="utf-8").strip()
 
@@ -353,7 +361,8 @@ class GraphTool:
         parameter text into the query, which would let a value smuggle a clause past the guard),
         and the combined text is what gets validated. Raises UnsafeCypherError (refused before
         execution), CypherExecutionError (the engine's message, for a repair loop) or
-        GraphUnavailable (store missing, locked or down)."""
+        GraphUnavailable (store missing, locked or down).
+        """
         if self.backend == "bolt":
             cypher, params = inline_parameters(cypher, params), None
         checked = validate_cypher(cypher, row_cap=self.row_cap,
@@ -398,7 +407,8 @@ class GraphTool:
     def _explain_reports_type(self) -> bool:
         """Whether the server classifies queries with EXPLAIN (Neo4j does; FalkorDB returns no
         query type and, measured, EXECUTES the query under EXPLAIN), probed once per URL with a
-        harmless `EXPLAIN RETURN 1`."""
+        harmless `EXPLAIN RETURN 1`.
+        """
         from neo4j import READ_ACCESS
 
         with _lock:

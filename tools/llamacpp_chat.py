@@ -248,7 +248,7 @@ class GreedyGrammarDecoder:
                 logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
                 tok = int(np.argmax(logits))
                 one[0] = llama_cpp.llama_token_data(tok, float(logits[tok]), 0.0)
-                one_arr.data = ctypes.cast(one, llama_cpp.llama_token_data_p)
+                one_arr.data = ctypes.cast(one, llama_cpp.llama_token_data_p)  # type: ignore[assignment]
                 one_arr.size, one_arr.selected, one_arr.sorted = 1, -1, False
                 llama_cpp.llama_sampler_apply(sampler, ctypes.byref(one_arr))
                 if one[0].logit == float("-inf"):  # refused: constrain the whole vocabulary

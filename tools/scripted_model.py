@@ -63,7 +63,10 @@ def rule_based(prompt: str) -> str:
         return json.dumps({"sql": "SELECT 1 AS one"})
     if prompt.startswith("You answer questions"):
         ctx = prompt.split("Context:", 1)[1].split('Question: """', 1)[0].strip()
-        return ctx[:700] if ctx else "Não encontrei essa informação."
+        # the context in prose: table rows become plain lines (a copied table is no answer)
+        lines = [re.sub(r"\s*\|\s*", " ", ln).strip() for ln in ctx.splitlines() if not re.fullmatch(r"[|\s:-]+", ln)]
+        prose = "\n".join(ln for ln in lines)
+        return prose[:700] if prose else "Não encontrei essa informação."
     return "{}"
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from tools.backends.base import BackendCall, question_parts
 from tools.services import Services
@@ -53,15 +57,17 @@ class DocsBackend:
         try:
             key = (str(marker.resolve()), marker.stat().st_mtime_ns)
         except OSError:
-            return []
+            # no store: the dataset's own files still say what the documents are about, so a
+            # document question is still planned for documents, and their gap is then stated
+            return source_vocabulary(services.settings.dataset_dir / "docs")
         with _VOCAB_LOCK:
             cached = _VOCAB.get(key)
         if cached is not None:
             return list(cached)
         try:
             metas = store.collection().get(include=["metadatas"])["metadatas"] or []
-        except Exception:  # noqa: BLE001 - no store: the backend has no vocabulary (and is unavailable)
-            return []
+        except Exception:  # noqa: BLE001 - an unreadable store: the dataset's files, as above
+            return source_vocabulary(services.settings.dataset_dir / "docs")
         texts: list[str] = []
         for meta in metas:
             title = str((meta or {}).get("title") or "").strip()
@@ -72,6 +78,28 @@ class DocsBackend:
         with _VOCAB_LOCK:
             _VOCAB[key] = texts
         return list(texts)
+
+
+_HEADING = re.compile(r"^#{1,3}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def source_vocabulary(docs_dir: Path) -> list[str]:
+    """Titles and "title — heading" texts read from the markdown files themselves (front matter
+    `title`, `#`–`###` headings), for when the store cannot be read. It is a reading of the same
+    files the loader chunks, kept here because retrieval must not depend on the ingest code.
+    """
+    texts: list[str] = []
+    for path in sorted(docs_dir.glob("*.md")) if docs_dir.is_dir() else []:
+        try:
+            head, _, body = path.read_text(encoding="utf-8").removeprefix("---").partition("\n---")
+            title = str((yaml.safe_load(head) or {}).get("title") or "").strip()
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if not title:
+            continue
+        texts.append(title)
+        texts += [f"{title} — {h}" for h in _HEADING.findall(body) if h != title]
+    return list(dict.fromkeys(texts))
 
 
 def search(store: DocStore, question: str, top_k: int, passages: int = TOP_PASSAGES) -> list[tuple[str, str, float]]:

@@ -136,6 +136,8 @@ class ConfirmationPrototypes(BaseModel):
     top_k: int = Field(ge=1, le=20, description="prototypes averaged per class")
     cancel_similarity: float = Field(ge=0.0, le=1.0, description="reject-class score a message (or leading "
                                      "clause) needs to count as a cancel outside a confirmation")
+    assent_similarity: float = Field(0.9, ge=0.0, le=1.0, description="confirm-class score a reply needs to "
+                                     "count as a bare assent while parameters are collected")
     prototypes: PrototypeSets
     cues: Cues
 
@@ -501,8 +503,9 @@ class ConfirmationClassifier:
         Used while parameters are collected, where an assent answers nothing: it must not become a
         free-text value nor a request for another tool. Any value-shaped token, even one the
         transaction already holds ("aprova a EXP-0264"), makes the reply more than an assent: it is
-        then an answer or a request, for the nodes' other rules. A wrong "assent" only costs a
-        re-asked question, so the prototype needs the ordinary `margin`, not `confirm_margin`.
+        then an answer or a request, for the nodes' other rules. A wrong "assent" drops the
+        user's answer ("comprar café para a copa" as a note's text), so besides the margin the
+        prototype must also be close: `assent_similarity`.
         """
         f = self._facts(text, (), [c for c in choices if c.strip()])
         if f.no_confirm or f.negation or not _fold(text) or len(_fold(text).split()) > SHORT_REPLY_WORDS:
@@ -512,7 +515,9 @@ class ConfirmationClassifier:
             return early.label == "confirm"
         scores = self._scores([self._embedding_text(text, ())])
         ranked = sorted(LABELS, key=lambda lab: float(scores[lab][0]), reverse=True)
-        return ranked[0] == "confirm" and float(scores["confirm"][0] - scores[ranked[1]][0]) >= self.margin
+        best = float(scores["confirm"][0])
+        return (ranked[0] == "confirm" and best - float(scores[ranked[1]][0]) >= self.margin
+                and best >= self.config.assent_similarity)
 
     def cancel(self, text: str) -> CancelClause:
         """Whether the message cancels, and the text after the cancel (a new request, or "").

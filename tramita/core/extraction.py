@@ -27,8 +27,11 @@ from sqlalchemy import Engine
 from tools.llm import Usage, structured_call
 from tools.references import load_references, reference_candidates
 from tools.registry_models import ToolSpec
+from tramita.base.logmask import get_logger
 from tramita.base.text import fold
 from tramita.core import spans
+
+log = get_logger("tramita.extraction")
 
 _gazetteers: dict[int, dict[str, list[tuple[str, str]]]] = {}
 _glock = threading.Lock()
@@ -291,6 +294,8 @@ def llm_values(spec: ToolSpec, known: dict[str, Any], text: str, names: list[str
             verdict = spans.verify(v, text, others)
             if verdict.value is not None:
                 kept[k] = verdict.value
+            else:
+                log.info("span rule: %s=%r dropped (%s)", k, v, verdict.reason)
         elif grounded(v, spec.properties[k], text):
             kept[k] = v
     return kept

@@ -194,16 +194,26 @@ def ctx_lang(ctx: Context, text: str) -> str:
 ANOTHER_TOOL_SCORE = 0.92
 
 
-def another_tool(text: str, spec: ToolSpec, ctx: Context, s: Services) -> bool:
-    """Whether the message is an unmistakable request for a tool other than `spec` (embedding margin)."""
+def another_tool(text: str, spec: ToolSpec, ctx: Context, s: Services, *, over_current: bool = False) -> bool:
+    """Whether the message is an unmistakable request for a tool other than `spec` (embedding margin).
+
+    By default the best tool must beat the runner-up by twice the registry's margin: only an
+    unmistakable request may block a free-text answer (a reason often shares words with other
+    tools' examples). With `over_current`, for a message that changes a typed value ("rejeita a
+    EXP-…" while approving another), it must beat `spec` itself by the margin: a correction names
+    no action and scores `spec` at or near the top, a new request scores its own tool clearly above.
+    """
     try:
         m = s.registry.match(text, ctx.user_id, ctx.tenant)
     except Exception:  # noqa: BLE001
         return False
     if m.best is None or m.best == spec.name or not m.candidates:
         return False
-    # stricter than select_intent: only an unmistakable request for another tool may block a
-    # free-text answer (a reason often shares words with other tools' examples)
     top = m.candidates[0].score
+    if top < ANOTHER_TOOL_SCORE:
+        return False
+    if over_current:
+        current = next((c.score for c in m.candidates if c.name == spec.name), 0.0)
+        return top - current >= s.registry.margin
     runner = m.candidates[1].score if len(m.candidates) > 1 else 0.0
-    return top >= ANOTHER_TOOL_SCORE and top - runner >= 2 * s.registry.margin
+    return top - runner >= 2 * s.registry.margin

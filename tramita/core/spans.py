@@ -72,6 +72,7 @@ def span_rules(path: Path = SPANS_FILE) -> SpanRules:
 _TOKEN = re.compile(r"\w+(?:[-/]\w+)*")
 # Where a clause ends inside a span: punctuation, or a spaced dash.
 _CLAUSE_BREAK = re.compile(r"[,;.!?…]+(?=\s|$)|\s[-–—]\s|:(?=\s)")
+_UNIT_SIGNS = "%°"
 _EDGE_PUNCT = " \t\n\r,;:.!?…-–—\"'“”‘’«»*"
 _OPENERS = "([{“‘«\"'"
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "“": "”", "‘": "’", "«": "»", '"': '"', "'": "'"}
@@ -263,6 +264,8 @@ def trim_offsets(text: str, others: Iterable[object] = (), path: Path = SPANS_FI
         break
     end = _close_brackets(text, start, end)
     start = _open_brackets(text, start, end)
+    while end < len(text) and text[end] in _UNIT_SIGNS:  # "90%" keeps its sign
+        end += 1
     return start, end
 
 
@@ -309,6 +312,8 @@ def locate(value: str, message: str) -> tuple[int, int] | None:
 
 
 SNAP_RATIO = 0.85  # how close a copy must be to the window of the message it points at
+RUN_WORDS = 4  # a copy with words added around it: the shared run must be this long ...
+RUN_SHARE = 0.6  # ... and cover this share of the copy's words
 
 
 def snap(value: str, message: str) -> tuple[int, int] | None:
@@ -336,6 +341,25 @@ def snap(value: str, message: str) -> tuple[int, int] | None:
     return (best[1], best[2]) if best else None
 
 
+def shared_run(value: str, message: str) -> tuple[int, int] | None:
+    """The window of `message` that a copy with words added or moved around it contains, or None.
+
+    A small model asked to point at "the title" sometimes copies the clause and then appends a
+    value from elsewhere in the message ("… trava em 90% no expense-portal"). The longest run of
+    the message's words found, in order, in the copy is taken when it is at least RUN_WORDS long
+    and covers RUN_SHARE of the copy: what is stored is still only the message's own words.
+    """
+    want = [t.word for t in tokens(str(value))]
+    have = tokens(message)
+    if len(want) < RUN_WORDS or not have:
+        return None
+    words = [h.word for h in have]
+    m = SequenceMatcher(a=words, b=want, autojunk=False).find_longest_match(0, len(words), 0, len(want))
+    if m.size < RUN_WORDS or m.size < RUN_SHARE * len(want):
+        return None
+    return have[m.a].start, have[m.a + m.size - 1].end
+
+
 # ------------------------------------------------------------------------------------- verify
 
 @dataclass(frozen=True)
@@ -359,10 +383,13 @@ def verify(value: object, message: str, others: Iterable[object] = (), path: Pat
     """
     if value is None or not str(value).strip():
         return Verdict(None, "empty")
-    where = locate(str(value), message) or snap(str(value), message)
+    where = locate(str(value), message) or snap(str(value), message) or shared_run(str(value), message)
     if where is None:
         return Verdict(None, "not a span of the message (paraphrased or invented)")
-    span = message[where[0]:where[1]]
+    end = where[1]
+    while end < len(message) and message[end] in _UNIT_SIGNS:
+        end += 1
+    span = message[where[0]:end]
     kept = trim(span, others, path)
     if not kept:
         return Verdict(None, "only fillers, apologies or values of other parameters")

@@ -70,7 +70,7 @@ def dialog(i: int) -> list[str]:
     """
     m = marker(i)
     return ["qual o status do TCK-1140?", "quero abrir um chamado P3 para o payments-api",
-            f"{m}: o relatório de conciliação não exporta", "sim",
+            f"o relatório de conciliação não exporta ({m})", "sim",
             "quero pedir reembolso de transporte", f"32,50 dólares, foi no dia 13/05, Uber do aeroporto ({m})", "sim",
             "sim", "quantas despesas estão pendentes?", "cancela"]
 
@@ -528,7 +528,7 @@ def private_copy(data_dir: Path, workdir: Path, pristine_db: Path | None = None)
 
 MODEL_FAULT_TURNS: tuple[str, ...] = (
     "aprova a EXP-0264",  # clear match, zero LLM calls: the summary is shown
-    "talvez",  # unclear short reply: the confirmation model is asked
+    "deixa eu pensar",  # a reply the classifier is unsure of (within its margin): the model is asked
     "cancela",
     "rejeita a EXP-0297",
     "passou do limite de refeições da política",  # free-text reason: the extractor is asked

@@ -42,7 +42,8 @@ def quiet_libraries() -> None:
     "Loading weights" bars of transformers, Hugging Face hub bars and advisory warnings, and the
     absl log lines of sentencepiece's C++ code. Each library's own switch is used, set before it is
     imported where it reads one at import time; a value the user already exported wins. tramita's
-    own ingest bars pass `disable=` explicitly, so `TQDM_DISABLE` (a default) leaves them alone."""
+    own ingest bars pass `disable=` explicitly, so `TQDM_DISABLE` (a default) leaves them alone.
+    """
     import logging
     import warnings
 
@@ -87,6 +88,7 @@ def _context(args: argparse.Namespace) -> Any:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    """`tramita ingest`: load the sample (or --dataset) into the embedded stores."""
     from ingest.run import ingest_all
     from tramita.base.settings import Settings
 
@@ -199,12 +201,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """`tramita demo`: a short tour of questions and one confirmed transaction."""
     from tramita.shell.demo import run_demo
 
     return run_demo(console, user=args.user or "E006")
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
+    """`tramita tools`: list, enable, disable or grant registry tools."""
     from rich.markup import escape
 
     from tools.registry_models import RegistryError
@@ -284,6 +288,7 @@ def cmd_semantic(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    """`tramita doctor`: one row per component, with the fix for each failure."""
     from tramita.shell.doctor import run_doctor
 
     return run_doctor(console)
@@ -316,6 +321,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every `tramita` command."""
     p = argparse.ArgumentParser(prog="tramita", description=__doc__)
     p.add_argument("--data-dir", help="data directory (env TRAMITA_DATA_DIR)")
     p.add_argument("--today", help="ISO date used as today (env TRAMITA_TODAY)")

@@ -19,6 +19,7 @@ def _check(fn: Callable[[], str]) -> tuple[bool, str]:
 
 
 def checks(settings: Settings) -> list[tuple[str, bool, str, str]]:
+    """(component, ok, detail, fix) for every store, model and source of `settings`."""
     from tools.services import Services
 
     s = Services(settings)
@@ -147,6 +148,7 @@ def source_checks(settings: Settings, s: Any) -> list[tuple[str, bool, str, str]
 
 
 def run_doctor(console: Console) -> int:
+    """Print the doctor table; exit status 1 when any component fails."""
     settings = Settings.from_env()
     table = Table(title=f"tramita doctor — {settings.data_dir}")
     for col in ("component", "ok", "detail", "how to fix"):
