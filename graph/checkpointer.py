@@ -42,12 +42,12 @@ def _postgres_saver(url: str, pool_size: int) -> Iterator[BaseCheckpointSaver[An
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row, "connect_timeout": 5})
     pool.open(wait=True, timeout=30)
     try:
-        saver = PostgresSaver(pool)  # type: ignore[arg-type]  # the pool is accepted at run time; the stub names Connection
+        saver = PostgresSaver(pool)  # the pool is accepted at run time
         with pool.connection() as lock:
             # poll, never block: a waiting statement would stall the other process's
             # CREATE INDEX CONCURRENTLY (it waits for every open transaction): a deadlock
             while not lock.execute("SELECT pg_try_advisory_lock(hashtext('tramita.checkpointer.setup')) AS ok"
-                                   ).fetchone()["ok"]:  # type: ignore[index, call-overload]  # dict_row rows
+                                   ).fetchone()["ok"]:  # dict_row rows
                 time.sleep(0.2)
             try:
                 saver.setup()

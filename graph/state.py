@@ -122,19 +122,20 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
         if new.get("route") == "__reset__":
             new = TurnTrace(**{k: v for k, v in new.items() if k != "route"})  # type: ignore[typeddict-item]
     merged: TurnTrace = TurnTrace(**old)
-    for key in ("llm_calls", "prompt_tokens", "completion_tokens", "cached_tokens"):
+    counters: tuple[Literal["llm_calls", "prompt_tokens", "completion_tokens", "cached_tokens"], ...] = (
+        "llm_calls", "prompt_tokens", "completion_tokens", "cached_tokens")
+    for key in counters:
         if key in new:
-            merged[key] = int(old.get(key, 0) or 0) + int(new[key] or 0)  # type: ignore[literal-required,call-overload]
+            merged[key] = int(old.get(key, 0) or 0) + int(new.get(key, 0) or 0)
     if "llm_seconds" in new:
         merged["llm_seconds"] = float(old.get("llm_seconds", 0.0)) + float(new["llm_seconds"])
     if "nodes" in new:
         merged["nodes"] = [*old.get("nodes", []), *new["nodes"]]
     if "errors" in new:
         merged["errors"] = [*old.get("errors", []), *new["errors"]]
-    for key in ("route", "executed_tool", "refused", "refusal", "first_token_s", "confirmed_by", "plan_match",
-                "sanitised"):
-        if key in new:
-            merged[key] = new[key]  # type: ignore[literal-required]
+    latest = {k: v for k, v in new.items() if k in ("route", "executed_tool", "refused", "refusal", "first_token_s",
+                                                    "confirmed_by", "plan_match", "sanitised")}
+    merged.update(latest)  # type: ignore[typeddict-item]  # the keys are TurnTrace's own, filtered above
     return merged
 
 

@@ -20,7 +20,7 @@ def user_text(state: State) -> str:
     """The latest human message, cleaned (NFKC, controls removed, length capped)."""
     msgs: list[AnyMessage] = state.get("messages", [])
     for m in reversed(msgs):
-        if isinstance(m, HumanMessage) or m.type == "human":
+        if isinstance(m, HumanMessage):
             content = m.content
             if isinstance(content, list):
                 content = " ".join(str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content)

@@ -668,7 +668,7 @@ def decision_model(allowed: Iterable[str]) -> type[BaseModel]:
     labels = tuple(lab for lab in LLM_LABELS if lab in set(allowed) or lab == "other")
     model = _decision_models.get(labels)
     if model is None:
-        choice: Any = Literal[labels]  # type: ignore[valid-type]
+        choice: Any = Literal[labels]
         model = create_model("Decision", decision=(choice, ...))
         _decision_models[labels] = model
     return model
@@ -684,4 +684,4 @@ def llm_decision(text: str, summary: str, allowed: Iterable[str], *, backend: st
     out = structured_call("confirmation", decision_model(allowed), "confirmation", backend=backend, usage=usage,
                           summary=summary or "-", message=text)
     label = str(getattr(out, "decision", "other"))
-    return label if label in allowed and label in LLM_LABELS else "other"  # type: ignore[return-value]
+    return label if label in allowed and label in LLM_LABELS else "other"
