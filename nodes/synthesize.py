@@ -32,7 +32,8 @@ from tramita.core.replies import say
 log = get_logger("tramita.synthesize")
 
 LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
-_LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b", re.IGNORECASE)
+_LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ results?:|\bno matching records\b",
+                         re.IGNORECASE)
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
 _TABLE_LINE = re.compile(r"^\s*\|?[^|\n]*\|[^|\n]*\|")

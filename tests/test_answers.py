@@ -88,7 +88,8 @@ def test_numbers_and_units_are_written_in_code_per_language() -> None:
     assert "US$ 23.183,12" in pt and "23.183.12" not in pt and "R$" not in pt
     assert "USD 23,183.12" in en
     for block in (pt, en):
-        assert not leaks(block)  # no `rows:`, no `query:`: nothing for the model to copy
+        assert set(leaks(block)) <= {"result label"}  # no `rows:`, no `query:`; the count heading
+        # ("[SQL] 1 result:") is there on purpose, and clean_answer drops it when the model copies it
         assert "SELECT" not in block and "full_name" in block  # column names, not the query
 
 
@@ -171,6 +172,14 @@ def test_a_tag_on_a_sentence_that_did_not_use_its_source_is_dropped() -> None:
     cleaned = clean_answer("Carolina Mendes spent USD 23,183.12 [SQL] [doc-pol-expense].", block)
     assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."
     assert re.search(r"\[SQL\]", clean_answer("[SQL]: no data at all here.", block)) is None
+
+
+def test_a_copied_result_label_line_is_removed() -> None:
+    """The model copies the context's "[SQL] 2 results:" heading: that line goes, the sentence stays."""
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("The SQL query [SQL] 1 result:\nCarolina Mendes spent USD 23,183.12 [SQL].", block)
+    assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."
+    assert "no matching records" not in clean_answer("[graph] no matching records.\nNothing found.", block)
 
 
 # ---------------------------------------------------------------------------- real model
