@@ -52,15 +52,34 @@ class GraphBackend:
                     # exactly what ran
                     "query": inline_parameters(attempt.cypher, attempt.params),
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
-                    "error": None, "attempts": 1, "llm_filled": attempt.llm_filled, **trail}
+                    "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
+                    "about": self._about(call, str(attempt.pattern)), **trail}
         run = answer_cypher(call.question, tool, today=call.today, backend=call.profile, usage=call.usage)
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
                 "pattern_reason": reason, **trail}
 
     def render(self, context: dict[str, Any]) -> str:
-        """The query and its rows, tagged [graph]."""
-        return render_rows(self.citation, context)
+        """The rows, tagged [graph]; a pattern's rows come with what the pattern finds, so the model
+        reads "manager | role" as the person's manager and not the other way round.
+        """
+        table = render_rows(self.citation, context)
+        about = str(context.get("about") or "").strip()
+        if not about or not context.get("rows"):
+            return table
+        head, _, rest = table.partition("\n")
+        return f"{head}\n({about})\n{rest}"
+
+    @staticmethod
+    def _about(call: BackendCall, name: str) -> str:
+        """The first sentence of pattern `name`'s description ("" when it cannot be read)."""
+        from tools.graph_patterns import PatternEngine
+
+        try:
+            text = PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).description
+        except Exception:  # noqa: BLE001 - only context for synthesis
+            return ""
+        return " ".join(text.split()).split(": ", 1)[0].split(". ", 1)[0][:160]
 
     def vocabulary(self, services: Services) -> list[str]:
         """What the graph answers: the named patterns' descriptions and examples (the planner embeds these)."""
