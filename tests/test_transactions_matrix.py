@@ -162,7 +162,9 @@ CASES: dict[tuple[str, str], tuple[str, Expect]] = {
         "collecting", "create_ticket", absent=("expense_id",), last="abandoned", max_llm=1)),
     ("awaiting", "cancel"): ("deixa pra lá", Expect(
         "idle", last="cancelled", says=(("cancelled", {"tool": "approve_expense"}),))),
-    ("awaiting", "garbage"): ("asdf qwer zxcv", Expect("awaiting_confirmation", **KEEP_AWAITING, max_llm=5)),
+    # the classifier is unsure of it, so the confirmation fallback is asked once before the
+    # question path's own bound (5, as from idle)
+    ("awaiting", "garbage"): ("asdf qwer zxcv", Expect("awaiting_confirmation", **KEEP_AWAITING, max_llm=6)),
     ("awaiting", "empty"): ("", Expect("awaiting_confirmation", **KEEP_AWAITING, max_llm=0,
                                        says=(("reprompt_confirm", {}),))),
     ("awaiting", "20k chars"): (HUGE, Expect("awaiting_confirmation", **KEEP_AWAITING, max_llm=5)),

@@ -272,10 +272,9 @@ def test_stream_forwards_synthesis_tokens_then_the_state(web_app: Any, monkeypat
         events = _events(client.post("/threads/s2/stream", json={"text": DOC_QUESTION, "user_id": USER}))
         tokens = [d["text"] for e, d in events if e == "token"]
         # the final event carries the answer after clean_answer (the page shows it in place of the
-        # stream): here the echoed table lines are gone, the heading line is the same
+        # stream), which may differ from the raw stream; the heading line is the same
         streamed, final_answer = "".join(tokens), events[-1][1]["answer"]
         assert len(tokens) > 10 and streamed.splitlines()[0] == final_answer.splitlines()[0]
-        assert "| Cidade |" in streamed and "| Cidade |" not in final_answer
 
         r = client.post("/threads/s3/turn", json={"text": APPROVE, "user_id": USER})
         assert r.status_code == 200 and r.json()["status"] == "awaiting_confirmation"
