@@ -36,7 +36,7 @@ _LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ resu
                          re.IGNORECASE)
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
-_TABLE_LINE = re.compile(r"^\s*\|?[^|\n]*\|[^|\n]*\|")
+_TABLE_LINE = re.compile(r"^\s*\||\S \| \S")  # a result-table line, two columns or more
 _SENTENCE = re.compile(r".+?(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)  # "23.183,12" does not end a sentence
 _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
 
@@ -128,7 +128,7 @@ def clean_answer(answer: str, block: str) -> str:
     - "R$" becomes the context's "US$" when the context never shows reais.
     """
     lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
-    kept = [ln for ln in lines if not _TABLE_LINE.match(ln)]
+    kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
     text = "\n".join(kept if any(k.strip() for k in kept) else lines)
     text = _EXCEPTION.sub("", text)
     sources = _tags_by_context(block)

@@ -88,8 +88,8 @@ def test_numbers_and_units_are_written_in_code_per_language() -> None:
     assert "US$ 23.183,12" in pt and "23.183.12" not in pt and "R$" not in pt
     assert "USD 23,183.12" in en
     for block in (pt, en):
-        assert set(leaks(block)) <= {"result label"}  # no `rows:`, no `query:`; the count heading
-        # ("[SQL] 1 result:") is there on purpose, and clean_answer drops it when the model copies it
+        assert set(leaks(block)) <= {"result label", "table line"}  # no `rows:`, no `query:`; the
+        # count heading and the table are there on purpose, and clean_answer drops them when copied
         assert "SELECT" not in block and "full_name" in block  # column names, not the query
 
 
@@ -196,3 +196,10 @@ def test_real_model_answers_in_english_with_usd_and_no_labels(pristine: Any, mon
     assert not leaks(answer), answer
     assert fact_in("23183.12", answer) and "R$" not in answer, answer
     assert detect_language(answer, "en") == "en", answer
+
+
+def test_a_copied_two_column_table_is_removed() -> None:
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("full_name | total\nCarolina Mendes | USD 23,183.12\nCarolina Mendes spent USD 23,183.12 [SQL].",
+                           block)
+    assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."

@@ -44,6 +44,7 @@ _DATE_GLUE = frozenset({"de", "of", "do", "the"})
 LEAK_PATTERNS: dict[str, re.Pattern[str]] = {
     "rows:": re.compile(r"\brows:"),
     "(no rows)": re.compile(r"\(no rows\)"),
+    "table line": re.compile(r"(?m)^[^|\n]*\S \| \S[^\n]*$"),
     "result label": re.compile(r"\[[^\[\]\n]{1,40}\]\s*(?:\d+ results?:|no matching records)", re.IGNORECASE),
     "query:": re.compile(r"\bquery:"),
     "exception name": re.compile(r"\b\w+Error\b"),
