@@ -124,3 +124,22 @@ def test_real_model_sql_question_and_synthesis(novaops: Path) -> None:
     assert fact_in("44", r.answer), r.answer
     assert r.trace["llm_calls"] >= 3  # planner, text-to-SQL, synthesis: all real calls
     assert audit_rows(novaops) == 11
+
+
+def test_a_write_counts_as_confirmed_only_by_the_lexicon_or_the_gold(stores: Path, settings: Settings,
+                                                                      tmp_path: Path) -> None:
+    """The unconfirmed-writes count does not trust tramita's own classifier: "go for it" after the
+    summary executes the approval (the prototypes call it a confirmation), and that write counts as
+    confirmed only where the item's gold expects it in that turn."""
+    def item(expect_write: bool) -> dict[str, Any]:
+        second: dict[str, Any] = {"status_after": "idle"}
+        if expect_write:
+            second["executed"] = "approve_expense"
+        return {"id": f"c-test-{expect_write}", "lang": "en", "user_id": "E006", "description": "",
+                "turns": [{"user": "approve EXP-0264", "expect": {"status_after": "awaiting_confirmation"}},
+                          {"user": "go for it", "expect": second}], "final_db": [], "no_other_writes": False}
+
+    gold = run_item(item(True), stores, tmp_path / "gold", settings)
+    assert gold.turns[1].trace.get("executed_tool") == "approve_expense" and gold.unconfirmed_writes == 0
+    unmarked = run_item(item(False), stores, tmp_path / "unmarked", settings)
+    assert unmarked.unconfirmed_writes == 1 and not unmarked.ok

@@ -163,8 +163,11 @@ def run_item(item: dict[str, Any], pristine_db: Path, workdir: Path, settings: S
                 tc = check_turn(turn["expect"], result, prev_status)
                 tc.user = turn["user"]
                 executed = result.trace.get("executed_tool")
+                # a write is confirmed only by the turn right after the summary, and only when that turn is a
+                # confirmation by the lexicon or by the item's own gold (the author expects this write here);
+                # the system's own classification is not trusted for this count
                 if executed in writes and (prev_status != "awaiting_confirmation" or classify(turn["user"]) != "confirm"
-                                           and not str(result.trace.get("route", "")).startswith("confirm")):
+                                           and turn["expect"].get("executed") != executed):
                     tc.unconfirmed_write = True
                     unconfirmed += 1
                 if executed in writes:
