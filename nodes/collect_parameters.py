@@ -169,10 +169,9 @@ def collect_parameters(state: State, runtime: Runtime[Context]) -> Command[Next]
     log.debug("collect: tool=%s keep=%s start=%s pending=%s raw=%s marks=%s llm_failed=%s", spec.name, keep, start,
               pending, raw, marks, llm_failed)
     free = [k for k in raw if kind_of(spec.properties[k]) == "text"]
-    # a changed typed value is a correction unless the message outranks this tool; free text only
-    # yields to an unmistakable request
-    another = not start and ((bool(changes) and another_tool(text, spec, ctx, s, over_current=True))
-                             or (bool(free) and another_tool(text, spec, ctx, s)))
+    # a changed typed value is a correction unless the message outranks this tool; free text alone
+    # only yields to an unmistakable request (which also outranks this tool, so one match decides both)
+    another = not start and bool(changes or free) and another_tool(text, spec, ctx, s, over_current=bool(changes))
     if free and not keep_free_text(starting=start, marked=bool(marks), question=question, cancel=cancel,
                                    another_tool=another):
         for k in free:

@@ -264,9 +264,14 @@ def trim_offsets(text: str, others: Iterable[object] = (), path: Path = SPANS_FI
         break
     end = _close_brackets(text, start, end)
     start = _open_brackets(text, start, end)
-    while end < len(text) and text[end] in _UNIT_SIGNS:  # "90%" keeps its sign
+    return start, _past_signs(text, end)
+
+
+def _past_signs(text: str, end: int) -> int:
+    """`end` moved past the unit signs right after it ("90%" keeps its sign)."""
+    while end < len(text) and text[end] in _UNIT_SIGNS:
         end += 1
-    return start, end
+    return end
 
 
 def trim(text: str, others: Iterable[object] = (), path: Path = SPANS_FILE) -> str:
@@ -386,10 +391,7 @@ def verify(value: object, message: str, others: Iterable[object] = (), path: Pat
     where = locate(str(value), message) or snap(str(value), message) or shared_run(str(value), message)
     if where is None:
         return Verdict(None, "not a span of the message (paraphrased or invented)")
-    end = where[1]
-    while end < len(message) and message[end] in _UNIT_SIGNS:
-        end += 1
-    span = message[where[0]:end]
+    span = message[where[0]:_past_signs(message, where[1])]
     kept = trim(span, others, path)
     if not kept:
         return Verdict(None, "only fillers, apologies or values of other parameters")
