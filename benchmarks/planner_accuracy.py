@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every item's plan here")
     parser.add_argument("-v", "--verbose", action="store_true", help="every question's plan")
     args = parser.parse_args(argv)
-    from nodes.plan import llm_plan
-    from tools.llm import LLMError, Usage, check_profile
+    from nodes.plan import decide, llm_plan
+    from tools.llm import Usage, check_profile
     from tools.services import Services
     from tramita.base.settings import Settings
     from tramita.core.planner_hints import route
@@ -49,19 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for item in items:
         r = route(item["question"], services)
-        plan, calls = list(r.chosen), 0
-        if r.decision != "clear":
-            plan = r.candidates[:1]
-            if args.llm and len(r.candidates) > 1:
-                calls = 1
-                try:
-                    plan, _ = llm_plan(item["question"], r.candidates, backend=args.llm, usage=Usage())
-                except LLMError:
-                    plan = r.candidates[:1]
-            plan = [*plan, *(n for n in r.required if n not in plan)]
+        calls = [0]
+
+        def ask(candidates: list[str], question: str = item["question"], calls: list[int] = calls
+                ) -> tuple[list[str], str]:
+            calls[0] += 1
+            return llm_plan(question, candidates, backend=args.llm, usage=Usage())
+
+        plan, _, _ = decide(item["question"], r, ask if args.llm else None)
         gold = set(item["needs"])
         rows.append({"id": item["id"], "needs": sorted(gold), "plan": sorted(plan), "decision": r.decision,
-                     "candidates": r.candidates, "llm_calls": calls, "ok": set(plan) == gold,
+                     "candidates": r.candidates, "llm_calls": calls[0], "ok": set(plan) == gold,
                      "match": r.trace()})
         if args.verbose:
             mark = "ok " if set(plan) == gold else "BAD"

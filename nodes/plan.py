@@ -11,6 +11,7 @@ without touching this node.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -55,6 +56,40 @@ def llm_plan(question: str, candidates: list[str], *, backend: str | None, usage
     return [n for n in names if getattr(out, f"use_{n}", False)], str(getattr(out, "reason", ""))
 
 
+def decide(question: str, matched: Route | None, ask: Callable[[list[str]], tuple[list[str], str]] | None,
+           ) -> tuple[list[str], str, list[str]]:
+    """(backends in registry order, reason, errors) from the vocabulary match; `ask(candidates)` is
+    the LLM planner for the close cases (None: the best candidate, as when the LLM fails).
+    """
+    names = list(BACKENDS)
+    errors: list[str] = []
+    if matched is not None and matched.decision == "clear":
+        chosen, reason = matched.chosen, matched.reason
+    else:
+        candidates = matched.candidates if matched is not None and matched.candidates else names
+        required = matched.required if matched is not None else []
+        if len(candidates) == 1:
+            chosen, reason = candidates, "the only candidate"
+        else:
+            try:
+                if ask is None:
+                    raise LLMError("no LLM planner")
+                chosen, reason = ask(candidates)
+                chosen = [n for n in chosen if n in candidates]
+            except LLMError as exc:
+                # degrade to the best match, not to every backend: a wrong extra source costs a
+                # query-writing call and puts unrelated rows in front of synthesis
+                chosen, reason = candidates[:1], f"planner failed: {exc}"
+                errors.append(str(exc)[:200])
+            if candidates[0] not in chosen:
+                # the 1.5B planner often names one source only, and not always the best match: the
+                # best match stays in a close plan (the synthesis ignores a source that has nothing)
+                chosen, reason = [candidates[0], *chosen], f"{reason} (+ the best match)".strip()
+        # a question that names a policy, a rule, a deadline or a process reaches the documents
+        chosen = [*chosen, *(n for n in required if n not in chosen)]
+    return [n for n in names if n in chosen], reason, errors  # registry order: stable routes and traces
+
+
 def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """The vocabulary match when it is clear; else the LLM among the close backends; when the LLM
     fails, the best-matching candidate (never every backend).
@@ -62,7 +97,6 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     ctx = ctx_of(runtime)
     usage = Usage()
     question = user_text(state)
-    names = list(BACKENDS)
     errors: list[str] = []
     matched: Route | None = None
     try:
@@ -71,26 +105,11 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         log.warning("planner: vocabulary match unavailable: %s", exc)
         errors.append(f"vocabulary match: {type(exc).__name__}: {str(exc)[:160]}")
     extra: dict[str, Any] = {"plan_match": matched.trace()} if matched is not None else {}
-    if matched is not None and matched.decision == "clear":
-        chosen, reason = matched.chosen, matched.reason
-    else:
-        candidates = matched.candidates if matched is not None and matched.candidates else names
-        if len(candidates) == 1:
-            chosen, reason = candidates, "the only candidate"
-        else:
-            try:
-                chosen, reason = llm_plan(question, candidates, backend=ctx.llm_backend, usage=usage)
-                chosen = [n for n in chosen if n in candidates]
-            except LLMError as exc:
-                # degrade to the best match, not to every backend: a wrong extra source costs a
-                # query-writing call and puts unrelated rows in front of synthesis
-                chosen, reason = candidates[:1], f"planner failed: {exc}"
-                errors.append(str(exc)[:200])
-            if not chosen:
-                chosen, reason = candidates[:1], f"{reason} (none chosen: the best match)".strip()
-        # a question that names a policy, a rule, a deadline or a process reaches the documents
-        chosen = [*chosen, *(n for n in (matched.required if matched is not None else []) if n not in chosen)]
-    chosen = [n for n in names if n in chosen]  # registry order: stable routes and traces
+
+    def ask(candidates: list[str]) -> tuple[list[str], str]:
+        return llm_plan(question, candidates, backend=ctx.llm_backend, usage=usage)
+
+    chosen, reason, failed = decide(question, matched, ask)
     p = Plan(backends=chosen, reason=reason)
-    return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=errors, **extra,
+    return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=[*errors, *failed], **extra,
                                      **usage.trace())}

@@ -249,6 +249,75 @@ def test_filter_values_are_linked_to_stored_values(layer: SemanticLayer, tool: S
                                    "filters": [{"field": "expenses.status", "op": "=", "value": "paid"}]}))
 
 
+# A small model's habit: every column it filters by, and every entity it sees, copied into the
+# dimensions. `settle` drops them; each case pairs the question with the object as a model filled it.
+SETTLE_CASES: dict[str, tuple[str, dict[str, Any], list[str], str]] = {
+    "a count filtered to one status is one number": (
+        "How many tickets are in progress right now?",
+        {"measures": ["tickets.count"], "dimensions": ["tickets.status"],
+         "filters": [{"field": "tickets.status", "op": "=", "value": "in_progress"}]},
+        [], "SELECT COUNT(*) FROM tickets WHERE status = 'in_progress'"),
+    "a total over a team and a quarter drops the team, the date and an unasked person": (
+        "Qual o total gasto em despesas aprovadas pelo time de Dados no 2025-Q4?",
+        {"measures": ["expenses.sum_amount_usd"], "dimensions": ["teams.name", "employees.full_name", "expenses.expense_date"],
+         "filters": [{"field": "teams.name", "op": "=", "value": "Dados"},
+                     {"field": "expenses.status", "op": "=", "value": "approved"},
+                     {"field": "expenses.expense_date", "op": "=", "value": "2025-Q4"}]},
+        [], "SELECT SUM(x.amount_usd) FROM expenses x JOIN employees e ON e.employee_id = x.employee_id "
+            "JOIN teams t ON t.team_id = e.team_id WHERE t.name = 'Dados' AND x.status = 'approved' "
+            "AND x.expense_date >= '2025-10-01' AND x.expense_date < '2026-01-01'"),
+    "a breakdown the question asks for stays": (
+        "Total de despesas aprovadas por categoria",
+        {"measures": ["expenses.sum_amount_usd"], "dimensions": ["expenses.category", "teams.name"],
+         "filters": [{"field": "expenses.status", "op": "=", "value": "approved"}]},
+        ["expenses.category"],
+        "SELECT category, SUM(amount_usd) FROM expenses WHERE status = 'approved' GROUP BY category"),
+    "an entity after a grouping cue stays": (
+        "Which service had the most incidents?",
+        {"measures": ["incidents.count"], "dimensions": ["services.service_id"],
+         "order": [{"field": "incidents.count", "direction": "desc"}], "limit": 1},
+        ["services.service_id"],
+        "SELECT service_id, COUNT(*) AS n FROM incidents GROUP BY service_id ORDER BY n DESC LIMIT 1"),
+    "a grain bucket the filter fixes goes, another breakdown stays": (
+        "Quantos incidentes por severidade houve no 2026-Q1?",
+        {"measures": ["incidents.count"], "dimensions": ["incidents.severity", "incidents.opened_at__quarter"],
+         "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2026-Q1"}]},
+        ["incidents.severity"],
+        "SELECT severity, COUNT(*) FROM incidents WHERE opened_at >= '2026-01-01' AND opened_at < '2026-04-01' "
+        "GROUP BY severity"),
+    "a list keeps its dated rows": (
+        "List the expenses of 2026-03 with their dates",
+        {"dimensions": ["expenses.expense_id", "expenses.expense_date"],
+         "filters": [{"field": "expenses.expense_date", "op": "=", "value": "2026-03"}]},
+        ["expenses.expense_id", "expenses.expense_date"],
+        "SELECT expense_id, expense_date FROM expenses WHERE expense_date >= '2026-03-01' AND expense_date < '2026-04-01'"),
+}
+
+
+@pytest.mark.parametrize("case", list(SETTLE_CASES))
+def test_settle_drops_the_dimensions_the_question_did_not_ask_for(case: str, layer: SemanticLayer, tool: SQLTool,
+                                                                   novaops: Path) -> None:
+    question, filled, kept, gold = SETTLE_CASES[case]
+    raw = layer.parse(filled)
+    settled, dropped = layer.settle(raw, question)
+    assert settled.dimensions == kept
+    assert len(dropped) == len(raw.dimensions) - len(kept)
+    expected = _rows(novaops, gold)
+    assert expected, "a gold query with no rows proves nothing"
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    assert results_match(expected, ours, ordered=sql_is_ordered(gold), strict=True), (ours[:5], expected[:5])
+    if dropped:  # the object as filled is the wrong answer the strict scorer must fail
+        unsettled = [tuple(r.values()) for r in tool.query(layer.compile(raw, stored_values(tool)).sql)]
+        assert not results_match(expected, unsettled, ordered=sql_is_ordered(gold), strict=True)
+
+
+def test_settle_keeps_one_field(layer: SemanticLayer) -> None:
+    """A query whose only dimension is filtered keeps it: an empty query cannot be compiled."""
+    q = layer.parse({"dimensions": ["tickets.status"], "filters": [{"field": "tickets.status", "op": "=",
+                                                                    "value": "open"}]})
+    assert layer.settle(q, "tickets open")[0].dimensions == ["tickets.status"]
+
+
 def test_the_sql_still_goes_through_the_guard(layer: SemanticLayer, tool: SQLTool) -> None:
     sql = layer.compile(layer.parse({"measures": ["tickets.count"]})).sql
     checked = tool.validate(sql)

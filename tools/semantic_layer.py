@@ -49,7 +49,8 @@ from tools.semantic_model import (
     expr_columns,
     load_semantic_model,
 )
-from tramita.base.policyfile import PolicyError
+from tramita.base.paths import POLICIES_DIR
+from tramita.base.policyfile import PolicyError, load_model
 from tramita.base.text import fold
 
 __all__ = [
@@ -72,6 +73,30 @@ MAX_JOIN_DEPTH = 3
 GRAIN_SEP = "__"
 _BSL_GRAIN = {g: f"TIME_GRAIN_{g.upper()}" for g in GRAINS}
 _SCALAR_OPS = ("=", "!=", ">", ">=", "<", "<=")
+QUERY_CUES_FILE = POLICIES_DIR / "query_cues.yaml"
+
+
+class QueryCues(BaseModel):
+    """`policies/query_cues.yaml`: the words that ask for a breakdown, per language."""
+
+    model_config = ConfigDict(extra="forbid")
+    grouping_cues: dict[str, list[str]] = Field(description="a word right before an entity that asks to group by it")
+    fillers: dict[str, list[str]] = Field(description="words allowed between a cue and the entity")
+    grain_words: dict[str, list[str]] = Field(default_factory=dict, description="time grain -> the words for it")
+
+
+def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
+    """Time grain → the words people use for it (pt/en)."""
+    cues: QueryCues = load_model(path, QueryCues)
+    return dict(cues.grain_words)
+
+
+@lru_cache(maxsize=4)
+def query_cues(path: Path = QUERY_CUES_FILE) -> tuple[frozenset[str], frozenset[str]]:
+    """(cues, fillers), folded, read once per process."""
+    cues: QueryCues = load_model(path, QueryCues)
+    return (frozenset(fold(w) for ws in cues.grouping_cues.values() for w in ws),
+            frozenset(fold(w) for ws in cues.fillers.values() for w in ws))
 
 
 class SemanticQueryError(ValueError):
@@ -540,6 +565,68 @@ class SemanticLayer:
             raise SemanticQueryError(errors[0] if errors else "no entity answers this query")
         return min(options, key=lambda o: o[:3])[3]
 
+    # ----------------------------------------------------------------------------- settle
+
+    def settle(self, q: QueryObject, question: str) -> tuple[QueryObject, list[str]]:
+        """Drop the dimensions a small model copies in but the question does not ask to see, and
+        say which (for the trace). Why: "the total for team X in Q1" filled with the team, the date
+        and the person as dimensions gives one row per person and day instead of one total.
+
+        - a dimension fixed to one value by an `=` filter is a constant column;
+        - in an aggregate query (measures), a date dimension without a grain that is also filtered
+          is the period of the total, not a breakdown;
+        - in an aggregate query, a dimension without a grain is kept only when the question names
+          the column itself (its name or synonyms) or names its entity right after a grouping cue
+          (`policies/query_cues.yaml`: "per team", "qual colaborador").
+
+        Order entries on a dropped dimension go too. A query keeps at least one field.
+        """
+        text = " " + " ".join(re.findall(r"\w+", fold(question))) + " "
+        fixed = {f for f, op, v in q.filters
+                 if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
+        filtered = {f for f, _, _ in q.filters}
+        dropped: list[str] = []
+        kept: list[str] = []
+        for name in q.dimensions:
+            reason = self._why_drop(name, q, text, fixed, filtered)
+            if reason and (kept or q.measures or len(q.dimensions) > len(dropped) + 1):
+                dropped.append(f"{name} ({reason})")
+            else:
+                kept.append(name)
+        if not dropped:
+            return q, []
+        gone = {d.split(" ", 1)[0] for d in dropped}
+        out = QueryObject(q.expressible, list(q.measures), kept, list(q.segments), list(q.filters),
+                          [(f, d) for f, d in q.order if f not in gone], q.limit)
+        return out, dropped
+
+    def _why_drop(self, name: str, q: QueryObject, text: str, fixed: set[str], filtered: set[str]) -> str:
+        prefix, _, member = name.partition(".")
+        if GRAIN_SEP in member:  # a grain is a breakdown, unless the filter leaves one bucket of it
+            column, _, grain = member.partition(GRAIN_SEP)
+            periods = [v for f, op, v in q.filters if f == f"{prefix}.{column}" and op == "=" and not isinstance(v, list)]
+            return "one period of its grain" if any(_one_bucket(str(v), grain) for v in periods) else ""
+        entity = prefix if prefix in self.spec.entities else next(iter(self._roles.get(prefix, ())), None)
+        if entity is None or member not in self.spec.entities[entity].dimensions:
+            return ""  # an unknown name: `parse`/`plan` refuse it with their own message
+        ent = self.spec.entities[entity]
+        dim = ent.dimensions[member]
+        dated = self.kind(entity, member) in ("date", "timestamp")
+        if name in fixed and not dated:  # a date "= 2026-03" is a period: its rows differ
+            return "fixed by a filter"
+        if not q.measures:
+            return ""
+        if name in filtered and dated:
+            return "the filtered period"
+        if any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(text, member):
+            return ""
+        words = [prefix, entity, *ent.synonyms, *(j.synonyms for e in self.spec.entities.values()
+                                                   for jn, j in e.joins.items() if jn == prefix)]
+        flat = [w for item in words for w in ([item] if isinstance(item, str) else item)]
+        if any(_after_cue(text, w) for w in flat):
+            return ""
+        return "not asked for"
+
     # ----------------------------------------------------------------------------- values
 
     def link_values(self, q: QueryObject, plan: Plan, stored: Callable[[str, str], list[str] | None]) -> QueryObject:
@@ -895,6 +982,50 @@ def _mentions(text: str, ent: Entity, name: str) -> bool:
     return any(_has(text, w) for w in [name, *ent.synonyms])
 
 
+def _one_bucket(period: str, grain: str) -> bool:
+    """Whether the whole period falls in one bucket of the grain (2026-Q1 grouped by quarter)."""
+    try:
+        start, end = period_bounds(period)
+    except SemanticQueryError:
+        return False
+    last = end - dt.timedelta(days=1)
+
+    def bucket(d: dt.date) -> tuple[int, ...]:
+        keys = {"day": (d.year, d.month, d.day), "week": tuple(d.isocalendar())[:2], "month": (d.year, d.month),
+                "quarter": (d.year, (d.month - 1) // 3), "year": (d.year,)}
+        return keys.get(grain, (d.toordinal(),))
+
+    return bucket(start) == bucket(last)
+
+
+def _cognate(text: str, member: str) -> bool:
+    """Whether a question word shares its first five letters with a word of the column's name
+    ("categoria" ~ category, "prioridade" ~ priority): Portuguese and English cognates.
+    """
+    stems = {w[:5] for w in member.split("_") if len(w) >= 5}
+    return any(t[:5] in stems for t in text.split() if len(t) >= 5)
+
+
+def _after_cue(text: str, words: str) -> bool:
+    """Whether `words` (or its plural) follows a grouping cue, with at most one filler between."""
+    key = " ".join(fold(words).split())
+    if not key:
+        return False
+    cues, fillers = query_cues()
+    tokens = text.split()
+    size = len(key.split())
+    for i in range(len(tokens)):
+        if " ".join(tokens[i:i + size]) not in (key, key + "s") and not (
+                key.endswith("s") and " ".join(tokens[i:i + size]) == key[:-1]):
+            continue
+        before = tokens[max(0, i - 2):i]
+        if before and before[-1] in cues:
+            return True
+        if len(before) == 2 and before[-1] in fillers and before[0] in cues:
+            return True
+    return False
+
+
 def _has(text: str, words: str) -> bool:
     """Whole-word, accent- and case-insensitive; a trailing 's' is optional (plural)."""
     key = " ".join(fold(words).split())
@@ -1097,6 +1228,7 @@ class SemanticRun:
     attempts: int = 0
     reason: str = ""
     fatal: bool = False  # the database is down: falling back cannot help
+    settled: list[str] = field(default_factory=list)  # dimensions `SemanticLayer.settle` dropped, and why
 
 
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
@@ -1137,6 +1269,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
+        q, run.settled = layer.settle(q, question)
         run.query_object = q.as_json()
         if not q.expressible:
             run.reason = "the model says the semantic layer cannot express this question"

@@ -40,7 +40,8 @@ class SQLBackend:
                               backend=call.profile, usage=call.usage)
         if sem.ok or sem.fatal:
             return {"backend": self.name, "path": "semantic", "semantic_query": sem.query_object, "query": sem.sql,
-                    "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": sem.attempts}
+                    "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": sem.attempts,
+                    "settled": sem.settled}
         run = answer_sql(call.question, tool, today=call.today, backend=call.profile, usage=call.usage)
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,

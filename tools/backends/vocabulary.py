@@ -56,9 +56,11 @@ def semantic_model_vocabulary(path: Path) -> list[str]:
 
 
 def _semantic_texts(path: Path) -> list[str]:
+    from tools.semantic_layer import grain_words
     from tools.semantic_model import load_semantic_model
 
     spec = load_semantic_model(path)
+    grains = grain_words()
     texts: list[str] = []
     for ent in spec.entities.values():
         texts.append(_phrase(ent.description, ent.synonyms))
@@ -66,6 +68,10 @@ def _semantic_texts(path: Path) -> list[str]:
             for item in group.values():
                 if item.description or item.synonyms:
                     texts.append(_phrase(f"{ent.description} — {item.description}".strip(" —"), item.synonyms))
+        for name, dim in ent.dimensions.items():  # a dated column is counted per day, week, month ...
+            words = [w for g in dim.time_grains for w in grains.get(g, [])]
+            if words:
+                texts.append(_phrase(f"{ent.description} by {dim.description or name.replace('_', ' ')}", words))
     texts.extend(ex.question for ex in spec.examples)
     return list(dict.fromkeys(t for t in texts if t))
 

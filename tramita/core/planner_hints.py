@@ -53,9 +53,6 @@ log = get_logger("tramita.planner")
 
 Decision = Literal["clear", "close", "none"]
 _ID = re.compile(r"\b[A-Za-z]{1,4}-?\d{2,6}\b|\b\d{4}-[WQ]\d{1,2}\b")
-_STOP = frozenset("""a o os as um uma de do da dos das em no na nos nas e ou para pra pro por com sem que se ao aos
-    the an of to in on at for by with and or is are was were be it its this that these those from as""".split())
-
 
 class Matching(BaseModel):
     """`matching:` of policies/planner.yaml (see the file for what each knob does)."""
@@ -74,6 +71,7 @@ class PlannerFile(BaseModel):
     descriptions: dict[str, str] = {}
     matching: Matching
     document_kinds: list[str] = []
+    stopwords: list[str] = Field(default_factory=list, description="function words that say nothing about a source")
 
 
 @lru_cache(maxsize=1)
@@ -103,15 +101,11 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def _language_stopwords() -> frozenset[str]:
-    from tramita.base.policyfile import load_model as load_policy
-    from tramita.base.text import LanguageSignals
-
-    try:
-        f: LanguageSignals = load_policy(POLICIES_DIR / "language.yaml", LanguageSignals)
-    except Exception:  # noqa: BLE001 - the generic list still applies
-        return _STOP
-    return _STOP | {fold(w) for ws in f.function_words.values() for w in ws}
+def _stopwords() -> frozenset[str]:
+    """The policy file's function words, folded. Not the language detector's signal words: those
+    include content words ("política", "budget") that tell the sources apart.
+    """
+    return frozenset(fold(w) for w in _file().stopwords)
 
 
 class Masker:
@@ -264,7 +258,7 @@ def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -
         hit = _INDEXES.get(revision)
     if hit is not None:
         return hit
-    stop = _language_stopwords()
+    stop = _stopwords()
     source = embeddings or _default_embeddings()
     groups: dict[str, list[Any]] = {}
     for name, texts in vocab.items():
