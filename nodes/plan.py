@@ -31,9 +31,9 @@ log = get_logger("tramita.planner")
 
 @lru_cache(maxsize=16)
 def _plan_model(names: tuple[str, ...]) -> type[BaseModel]:
-    # a key the model leaves out is "not needed" (a small model often omits the false ones)
+    # a key the model leaves out is "not needed" (a small model often omits the false ones); no
+    # free-text "reason": at 10 tokens/s it cost seconds, and a long one was cut at max_tokens
     fields: dict[str, Any] = {f"use_{n}": (bool, Field(default=False, description=description(n))) for n in names}
-    fields["reason"] = (str, Field(default="", description="one short sentence"))
     model: type[BaseModel] = create_model("PlanOut", **fields)
     return model
 
@@ -49,11 +49,11 @@ def sources_text(names: tuple[str, ...] | None = None) -> str:
 
 
 def llm_plan(question: str, candidates: list[str], *, backend: str | None, usage: Usage) -> tuple[list[str], str]:
-    """The LLM's choice among `candidates` (in registry order) and its reason; raises LLMError."""
+    """The LLM's choice among `candidates` (in registry order), with a fixed reason; raises LLMError."""
     names = tuple(n for n in BACKENDS if n in candidates)
     out = structured_call("planner", plan_model(names), "plan", backend=backend, usage=usage, question=question,
                           sources=sources_text(names), keys=", ".join(f'"use_{n}": bool' for n in names))
-    return [n for n in names if getattr(out, f"use_{n}", False)], str(getattr(out, "reason", ""))
+    return [n for n in names if getattr(out, f"use_{n}", False)], "the LLM planner chose among the close backends"
 
 
 def decide(question: str, matched: Route | None, ask: Callable[[list[str]], tuple[list[str], str]] | None,
