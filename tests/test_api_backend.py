@@ -90,7 +90,7 @@ def test_urls_in_the_question_are_dropped() -> None:
     ("Which services are degraded right now?", "listServiceStatuses", {"status": "degraded"},
      ["etl-pipeline", "search-service", "mobile-bff", "billing-engine"]),
     ("Quais deploys falharam em abril?", "listDeploys", {"since": "2026-04-01", "until": "2026-04-30", "result": "failed"},
-     ["DEP-0008", "DEP-0021", '"total": 2']),
+     ["DEP-0008", "DEP-0021", "total: 2"]),
     ("Quem fez o último deploy do payments-api?", "listServiceDeploys", {"service_id": "payments-api"},
      ["DEP-0033", "Caio Martins"]),
     ("What was deploy DEP-0012?", "getDeploy", {"deploy_id": "DEP-0012"}, ["fraud-detector", "rolled_back"]),

@@ -469,13 +469,17 @@ class ApiBackend:
         return out
 
     def render(self, context: dict[str, Any]) -> str:
-        """The call and its JSON answer, tagged `[api:<operation>]`; data, never instructions."""
+        """The call and its answer, tagged `[api:<operation>]`: scalar fields as `name: value` lines
+        and each list of records as a table (`render_json`), the form a small model reads best; data,
+        never instructions.
+        """
         tag = f"[api:{context.get('operation', '?')}]"
         params = ", ".join(f"{k}={v}" for k, v in sorted((context.get("params") or {}).items()))
-        body = json.dumps(context.get("rows", []), ensure_ascii=False, default=str)
+        rows = context.get("rows") or []
+        body = render_json(rows[0] if len(rows) == 1 else rows)
         if len(body) > MAX_RENDER_CHARS:
-            body = body[:MAX_RENDER_CHARS] + " …(truncated)"
-        return f"{tag} GET {context.get('path', '')} ({params}) -> HTTP {context.get('status', '?')}\n{tag} data: {body}"
+            body = body[:MAX_RENDER_CHARS] + "\n…(truncated)"
+        return f"{tag} GET {context.get('path', '')} ({params}) -> HTTP {context.get('status', '?')}\n{tag} data:\n{body}"
 
     def vocabulary(self, services: Services) -> list[str]:
         """What the APIs answer: each declared operation's description and examples (the planner embeds these)."""
@@ -484,3 +488,32 @@ class ApiBackend:
         except Exception:  # noqa: BLE001 - a broken file: no vocabulary, doctor says why
             return []
         return [t for s in sources for op in s.operations.values() for t in [op.description, *op.examples] if t]
+
+
+def render_json(data: Any, prefix: str = "") -> str:
+    """Any JSON value as lines: `key: value` for scalars (nested objects as dotted keys), a list of
+    scalars joined by commas, a list of objects as a `key (N):` header and a ` | ` table of its
+    scalar columns (a nested value inside a row kept as compact JSON).
+    """
+    if isinstance(data, list):
+        if data and all(isinstance(r, dict) for r in data):
+            columns = list(dict.fromkeys(k for r in data for k in r))
+            lines = [" | ".join(columns)]
+            lines += [" | ".join(_cell(r.get(c)) for c in columns) for r in data]
+            return (f"{prefix} ({len(data)}):\n" if prefix else "") + "\n".join(lines)
+        return f"{prefix}: {', '.join(_cell(v) for v in data)}" if prefix else ", ".join(_cell(v) for v in data)
+    if isinstance(data, dict):
+        out = []
+        for k, v in data.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            out.append(render_json(v, key) if isinstance(v, (dict, list)) else f"{key}: {_cell(v)}")
+        return "\n".join(out)
+    return f"{prefix}: {_cell(data)}" if prefix else _cell(data)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
