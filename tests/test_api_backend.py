@@ -198,3 +198,15 @@ def test_doctor_reports_each_api_source(novaops_services: Services, monkeypatch:
     ok, detail, _ = {n: (o, d, f) for n, o, d, f in source_checks(novaops_services.settings, novaops_services)}[
         "API source novaops"]
     assert not ok and "DENIED_ADDRESS" in detail
+
+
+def test_api_json_is_rendered_as_lines_and_tables() -> None:
+    """Nested JSON becomes `key: value` lines and record tables; nothing of the data is dropped."""
+    from tools.backends.api import render_json
+
+    text = render_json({"service_id": "svc-a", "tier": 1, "owner": {"team": "T1"}, "tags": ["x", "y"],
+                        "open_incidents": [{"incident_id": "INC-1", "severity": "SEV2"},
+                                           {"incident_id": "INC-2", "severity": None}]})
+    assert text.splitlines() == ["service_id: svc-a", "tier: 1", "owner.team: T1", "tags: x, y",
+                                 "open_incidents (2):", "incident_id | severity", "INC-1 | SEV2", "INC-2 | -"]
+    assert render_json([{"a": 1}, {"b": [1, 2]}]).splitlines() == ["a | b", "1 | -", "- | [1, 2]"]

@@ -584,3 +584,16 @@ def test_real_model_on_call_with_a_relative_week(local_services: Services) -> No
     assert ctx["params"] == {"service": "etl-pipeline", "week": "2026-W20", "role": ["primary", "secondary"]}
     assert [(r["name"], r["role"]) for r in ctx["rows"]] == [("Otávio Medeiros", "primary")]
     assert usage.calls == (1 if ctx["pattern_choice"]["by_llm"] else 0)
+
+
+def test_columns_that_only_echo_a_given_value_are_dropped() -> None:
+    """"Who is primary in week W?": the week and role columns repeat the question; a column whose
+    values differ, or a question value that only some rows hold, stays."""
+    from tools.graph_patterns import drop_echoed_columns
+
+    rows = [{"name": "Ana", "role": "primary", "week": "2026-W30"}, {"name": "Rui", "role": "primary", "week": "2026-W30"}]
+    assert drop_echoed_columns(rows, {"role": ["primary"], "week": "2026-W30", "svc": "x"}) == [
+        {"name": "Ana"}, {"name": "Rui"}]
+    mixed = [{"name": "Ana", "role": "primary"}, {"name": "Rui", "role": "secondary"}]
+    assert drop_echoed_columns(mixed, {"role": ["primary", "secondary"]}) == mixed
+    assert drop_echoed_columns([{"role": "primary"}], {"role": "primary"}) == [{"role": "primary"}]

@@ -775,12 +775,31 @@ class PatternEngine:
         attempt.cypher = pattern.cypher.for_backend(tool.backend)
         attempt.params = {p.name: filled.values[p.name] for p in pattern.parameters}
         try:
-            attempt.rows = tool.query(attempt.cypher, attempt.params)
+            attempt.rows = drop_echoed_columns(tool.query(attempt.cypher, attempt.params), attempt.params)
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
         attempt.ok = True
         return attempt
+
+
+def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows without the columns that only repeat a value the question gave (every row holds the
+    one value bound to a parameter: the week and the role of "who is primary in week W"). The user
+    knows them already, and synthesis reads the columns that answer. At least one column stays.
+    """
+    if not rows:
+        return rows
+    given = []
+    for value in params.values():
+        one = value[0] if isinstance(value, list) and len(value) == 1 else value
+        if isinstance(one, (str, int, float)) and not isinstance(one, bool):
+            given.append(str(one))
+    columns = list(rows[0])
+    echoed = [c for c in columns if all(str(r.get(c)) in given and r.get(c) == rows[0].get(c) for r in rows)]
+    if not echoed or len(echoed) == len(columns):
+        return rows
+    return [{c: v for c, v in r.items() if c not in echoed} for r in rows]
 
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:

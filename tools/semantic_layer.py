@@ -83,18 +83,26 @@ class QueryCues(BaseModel):
     grouping_cues: dict[str, list[str]] = Field(description="a word right before an entity that asks to group by it")
     fillers: dict[str, list[str]] = Field(description="words allowed between a cue and the entity")
     grain_words: dict[str, list[str]] = Field(default_factory=dict, description="time grain -> the words for it")
+    superlatives: dict[str, list[str]] = Field(default_factory=dict, description="most, largest, maior ...")
+    singular_cues: dict[str, list[str]] = Field(default_factory=dict, description="question words before ONE thing")
+    person_cues: dict[str, list[str]] = Field(default_factory=dict, description="who: one person")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
     """Time grain → the words people use for it (pt/en)."""
-    cues: QueryCues = load_model(path, QueryCues)
-    return dict(cues.grain_words)
+    return dict(query_cue_file(path).grain_words)
 
 
 @lru_cache(maxsize=4)
-def query_cues(path: Path = QUERY_CUES_FILE) -> tuple[frozenset[str], frozenset[str]]:
-    """(cues, fillers), folded, read once per process."""
+def query_cue_file(path: Path = QUERY_CUES_FILE) -> QueryCues:
+    """The validated cue file, read once per process."""
     cues: QueryCues = load_model(path, QueryCues)
+    return cues
+
+
+def query_cues(path: Path = QUERY_CUES_FILE) -> tuple[frozenset[str], frozenset[str]]:
+    """(cues, fillers), folded."""
+    cues = query_cue_file(path)
     return (frozenset(fold(w) for ws in cues.grouping_cues.values() for w in ws),
             frozenset(fold(w) for ws in cues.fillers.values() for w in ws))
 
@@ -593,11 +601,15 @@ class SemanticLayer:
                 dropped.append(f"{name} ({reason})")
             else:
                 kept.append(name)
+        gone = {d.split(" ", 1)[0] for d in dropped}
+        order = [(f, d) for f, d in q.order if f not in gone]
+        limit = q.limit
+        if limit is None and kept and any(f in self.measure_names for f, _ in order) and _one_asked(text, kept, self):
+            limit = 1
+            dropped.append("limit 1 (a single 'which/who … most' answer)")
         if not dropped:
             return q, []
-        gone = {d.split(" ", 1)[0] for d in dropped}
-        out = QueryObject(q.expressible, list(q.measures), kept, list(q.segments), list(q.filters),
-                          [(f, d) for f, d in q.order if f not in gone], q.limit)
+        out = QueryObject(q.expressible, list(q.measures), kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
 
     def _why_drop(self, name: str, q: QueryObject, text: str, fixed: set[str], filtered: set[str]) -> str:
@@ -996,6 +1008,37 @@ def _one_bucket(period: str, grain: str) -> bool:
         return keys.get(grain, (d.toordinal(),))
 
     return bucket(start) == bucket(last)
+
+
+def _one_asked(text: str, dims: list[str], layer: SemanticLayer) -> bool:
+    """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
+    and a singular subject right after a singular question cue ("qual colaborador", "which team",
+    "who"), not "quais times" or "which services".
+    """
+    cues = query_cue_file()
+    tokens = text.split()
+    if not any(fold(w) in tokens for ws in cues.superlatives.values() for w in ws):
+        return False
+    singular = {fold(w) for ws in cues.singular_cues.values() for w in ws}
+    for i, tok in enumerate(tokens):
+        if tok not in singular:
+            continue
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if tok in {fold(w) for ws in cues.person_cues.values() for w in ws}:
+            return True
+        if nxt and not nxt.endswith("s") and any(_after_cue(f" {tok} {nxt} ", w) for w in _dimension_words(layer, dims)):
+            return True
+    return False
+
+
+def _dimension_words(layer: SemanticLayer, dims: list[str]) -> list[str]:
+    words: list[str] = []
+    for name in dims:
+        prefix = name.split(".", 1)[0]
+        entity = prefix if prefix in layer.spec.entities else next(iter(layer._roles.get(prefix, ())), None)
+        if entity is not None:
+            words += [prefix, entity, *layer.spec.entities[entity].synonyms]
+    return words
 
 
 def _cognate(text: str, member: str) -> bool:
