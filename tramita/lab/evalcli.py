@@ -198,3 +198,7 @@ def _print_summary(kind: Kind, s: dict[str, Any]) -> None:
     lc, lat = s["llm_calls_per_turn"], s["latency_s"]
     console.print(f"  per turn: LLM calls p50 {lc['p50']} p95 {lc['p95']} · latency p50 {lat['p50']} s "
                   f"p95 {lat['p95']} s ({s['turns']} turns)")
+    ftt = s.get("first_answer_token_s")
+    if ftt:
+        console.print(f"  first answer token (streamed, from the turn's start): p50 {ftt['p50']} s p95 {ftt['p95']} s "
+                      f"({ftt['n']} answers)")

@@ -29,6 +29,7 @@ import dataclasses
 import itertools
 import re
 import sqlite3
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -211,6 +212,7 @@ class QuestionResult:
     tables_changed: list[str] = field(default_factory=list)
     trace: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    first_token_seconds: float | None = None  # turn start -> first streamed answer token (None: no LLM answer)
     error: str | None = None
 
     def failed_checks(self) -> list[str]:
@@ -292,7 +294,7 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, setting
     with the stores and LLM profile of `settings` (its SQL and checkpoint URLs replaced by the copies).
     """
     from graph.context import Context
-    from graph.session import open_session
+    from graph.session import TurnResult, open_session
     from ingest.sql_loader import copy_sqlite
     from tools.services import Services
 
@@ -312,10 +314,12 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, setting
     ctx = Context(user_id=QUESTION_USER, today=TODAY, llm_backend=settings.llm_profile, services=services)
     contexts: list[dict[str, Any]] = []
     try:
-        with open_session(ctx) as session:
-            turn = session.turn(f"{item['id']}-{uuid.uuid4().hex[:6]}", item["question"])
+        with open_session(ctx) as session:  # streamed, as the CLI and the server run it: time to first token
+            turn = [t for t in session.stream_turn(f"{item['id']}-{uuid.uuid4().hex[:6]}", item["question"])
+                    if isinstance(t, TurnResult)][-1]
         res.answer, res.status, res.trace = turn.answer, turn.status, turn.trace
         res.seconds = turn.seconds
+        res.first_token_seconds = turn.first_token_seconds
         res.plan = dict(turn.plan or {})
         contexts = list(turn.contexts or [])
         res.refused = bool(turn.trace.get("refused"))
@@ -402,4 +406,14 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "answers_with_leaks": sum(1 for r in records if r.get("leaks")),
         "errors": sum(1 for r in records if r.get("error")),
         **per_turn_stats([(r["trace"], r["seconds"]) for r in records]),
+        "first_answer_token_s": _first_tokens(records),
     }
+
+
+def _first_tokens(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """p50 / p95 of the time from the turn's start to the first streamed answer token."""
+    values = sorted(float(r["first_token_seconds"]) for r in records if r.get("first_token_seconds") is not None)
+    if not values:
+        return None
+    return {"n": len(values), "p50": round(statistics.median(values), 2),
+            "p95": round(values[min(len(values) - 1, int(0.95 * len(values)))], 2)}
