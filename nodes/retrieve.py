@@ -50,9 +50,6 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 refusals.append(f"{name}: {str(contexts[-1]['error'])[:200]}")
     total = Usage()
     for u in usages.values():
-        total.calls += u.calls
-        total.prompt_tokens += u.prompt_tokens
-        total.completion_tokens += u.completion_tokens
-        total.seconds += u.seconds
+        total.merge(u)
     extra: dict[str, Any] = {"refused": True, "refusal": "; ".join(refusals)} if refusals else {}
     return {"contexts": contexts, "turn": trace("retrieve", errors=errors, **extra, **total.trace())}

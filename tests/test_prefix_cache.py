@@ -165,3 +165,14 @@ def test_grammar_checked_greedy_gives_the_library_output(gguf: str) -> None:
             raw = model.with_structured_output(schema, include_raw=True).invoke(msgs)["raw"]
             outs.append((raw.content, raw.usage_metadata["output_tokens"]))
         assert outs[0] == outs[1], outs
+
+
+def test_usage_merge_keeps_every_counter() -> None:
+    """retrieve sums its backends' usage: the reused prompt tokens must reach the turn trace too."""
+    from tools.llm import Usage
+
+    total, part = Usage(), Usage(calls=2, prompt_tokens=1900, completion_tokens=60, seconds=9.0, cached_tokens=1788)
+    total.merge(part)
+    total.merge(Usage(calls=1, prompt_tokens=300, cached_tokens=225))
+    assert (total.calls, total.prompt_tokens, total.completion_tokens, total.cached_tokens) == (3, 2200, 60, 2013)
+    assert total.trace()["cached_tokens"] == 2013

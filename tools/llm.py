@@ -140,6 +140,16 @@ class Usage:
         details = meta.get("input_token_details") or {}
         self.cached_tokens += int(details.get("cache_read", 0) or 0)
 
+    def merge(self, other: Usage) -> None:
+        """Add another node's or backend's counters (every counter: a field left out under-reports)."""
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.seconds += other.seconds
+        self.cached_tokens += other.cached_tokens
+        if other.first_token_s is not None:
+            self.first_token_s = other.first_token_s
+
     def trace(self) -> dict[str, Any]:
         """The counters as `TurnTrace` fields."""
         out: dict[str, Any] = {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
