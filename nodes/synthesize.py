@@ -117,6 +117,22 @@ def _content(text: str) -> set[str]:
     return {fold(t).replace(",", ".") for t in _CONTENT.findall(text)}
 
 
+def _table_as_list(lines: list[str]) -> list[str]:
+    """An answer that is only a copied result table, as a plain list: cells joined by commas, the
+    header line (the column names, often in parentheses) left out.
+    """
+    out = []
+    for i, ln in enumerate(lines):
+        if not _TABLE_LINE.search(ln):
+            out.append(ln)
+            continue
+        cells = [c.strip() for c in ln.strip().strip("()").split("|") if c.strip()]
+        if i == 0 or ln.strip().startswith("("):
+            continue  # the header: column names, not data
+        out.append("- " + ", ".join(cells))
+    return out
+
+
 def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
@@ -129,7 +145,7 @@ def clean_answer(answer: str, block: str) -> str:
     """
     lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
-    text = "\n".join(kept if any(k.strip() for k in kept) else lines)
+    text = "\n".join(kept if any(k.strip() for k in kept) else _table_as_list(lines))
     text = _EXCEPTION.sub("", text)
     sources = _tags_by_context(block)
     shown = {tag: _content(body) for tag, body in sources.items()}

@@ -203,3 +203,11 @@ def test_a_copied_two_column_table_is_removed() -> None:
     cleaned = clean_answer("full_name | total\nCarolina Mendes | USD 23,183.12\nCarolina Mendes spent USD 23,183.12 [SQL].",
                            block)
     assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."
+
+
+def test_an_answer_that_is_only_a_copied_table_becomes_a_plain_list() -> None:
+    """Nothing else to keep: the rows stay, as a list without pipes or the header."""
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("(manager | role | distance)\nAna Lima | Engineering Manager | 1\nRui Sá | CTO | 2", block)
+    assert cleaned == "- Ana Lima, Engineering Manager, 1\n- Rui Sá, CTO, 2"
+    assert not leaks(cleaned)
