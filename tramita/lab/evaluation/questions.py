@@ -213,6 +213,7 @@ class QuestionResult:
     trace: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     first_token_seconds: float | None = None  # turn start -> first streamed answer token (None: no LLM answer)
+    paths: dict[str, str] = field(default_factory=dict)  # backend -> the path that answered (semantic, pattern:<name>, fallback)
     error: str | None = None
 
     def failed_checks(self) -> list[str]:
@@ -332,6 +333,7 @@ def run_question(item: dict[str, Any], pristine_db: Path, workdir: Path, setting
     planned = set(res.plan.get("backends") or [])
     res.plan_matches_needs = planned == set(res.needs)
     res.docs = retrieved_docs(contexts)
+    res.paths = {str(c.get("backend")): str(c["path"]) for c in contexts if c.get("path")}
     checks = res.checks
     if item.get("answer_facts"):
         res.facts = facts_found(item["answer_facts"], res.answer)
@@ -402,6 +404,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             "refusal_accuracy": _rate(check("must_refuse")),
         },
         "plan_matches_needs": _rate([r["plan_matches_needs"] for r in records if r["needs"]]),
+        "paths": _path_shares(records),
         "items_that_changed_data": sum(1 for r in records if r["tables_changed"]),
         "answers_with_leaks": sum(1 for r in records if r.get("leaks")),
         "errors": sum(1 for r in records if r.get("error")),
@@ -417,3 +420,13 @@ def _first_tokens(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     return {"n": len(values), "p50": round(statistics.median(values), 2),
             "p95": round(values[min(len(values) - 1, int(0.95 * len(values)))], 2)}
+
+
+def _path_shares(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per backend, how many items each path answered ("pattern:<name>" counted as "pattern")."""
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        for backend, path in (r.get("paths") or {}).items():
+            kind = path.split(":", 1)[0]
+            out.setdefault(backend, {})[kind] = out.setdefault(backend, {}).get(kind, 0) + 1
+    return out
