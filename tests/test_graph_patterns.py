@@ -402,6 +402,27 @@ def test_choice_picks_the_right_pattern_for_paraphrases(engine_and_gazetteer: tu
     assert top1 >= 30, f"top-1 {top1}/{len(PARAPHRASES)}\n" + "\n".join(misses)
 
 
+# Direction by word order (written for this test): the same words, opposite questions.
+DIRECTIONS = [
+    ("service_dependents", "Which services depend on secrets-vault, directly or not?"),
+    ("service_dependencies", "Which services does secrets-vault depend on, directly or not?"),
+    ("service_dependents", "Quais serviços dependem do fraud-detector?"),
+    ("service_dependencies", "De quais serviços o fraud-detector depende?"),
+    ("service_dependents", "Quem chama o search-service?"),
+    ("service_dependencies", "O search-service chama quais serviços?"),
+]
+
+
+@pytest.mark.parametrize(("want", "question"), DIRECTIONS)
+def test_word_order_decides_the_dependency_direction(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
+                                                     want: str, question: str) -> None:
+    """The opposite pattern never stays among the candidates once the word order tells the direction."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    other = "service_dependencies" if want == "service_dependents" else "service_dependents"
+    names = [c.name for c in engine.rank(question, gazetteer).candidates]
+    assert want in names and other not in names, names
+
+
 @pytest.mark.parametrize("question", OFF_TOPIC)
 def test_choice_abstains_off_topic(engine_and_gazetteer: tuple[PatternEngine, Any, Any], question: str) -> None:
     engine, gazetteer, _ = engine_and_gazetteer

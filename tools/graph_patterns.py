@@ -211,12 +211,24 @@ def _parameters_in(cypher: str) -> set[str]:
     return {t.text[1:].strip("`") for t in tokenize(text) if t.kind == "param"}
 
 
+class WordOrder(_Strict):
+    """Where the question's entity stands relative to a verb: what embeddings cannot see. "Which
+    services depend on X" and "which services does X depend on" embed alike, yet ask opposite
+    directions. Phrases are folded words; an entity is any mention the gazetteer or an id finds.
+    """
+
+    entity_after: list[str] = Field(default_factory=list, description="the entity comes right after one of these")
+    entity_before: list[str] = Field(default_factory=list, description="the entity comes before one of these")
+
+
 class GraphPattern(_Strict):
     """One named traversal: what it answers, how people ask it, its slots and its Cypher."""
 
     name: str = Field(pattern=NAME_RE)
     description: str = Field(min_length=10)
     examples: Examples
+    word_order: WordOrder | None = Field(None, description=(
+        "among close patterns, one whose word order fits the question wins over one whose does not"))
     parameters: list[Param] = Field(default_factory=list)
     cypher: DialectCypher
 
@@ -589,6 +601,9 @@ class PatternEngine:
         ranked = self.index(gazetteer).rank(vector)
         mentions = find_mentions(question, gazetteer or {}, _id_params(self.patterns))
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)]
+        order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions) for name, _ in fits}
+        if any(v is True for v in order.values()):  # word order tells the direction: its misfits go
+            fits = [(name, score) for name, score in fits if order[name] is not False]
         return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
                       margin=self.patterns.matching.margin, k=k)
 
@@ -800,6 +815,30 @@ def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> l
     if not echoed or len(echoed) == len(columns):
         return rows
     return [{c: v for c, v in r.items() if c not in echoed} for r in rows]
+
+
+_ARTICLES = frozenset("o a os as the".split())
+
+
+def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention]) -> bool | None:
+    """None: the pattern declares no word order; else whether the question's word order fits it."""
+    if order is None or not (order.entity_after or order.entity_before):
+        return None
+    text = f" {fold(question)} "
+    for m in sorted(mentions, key=lambda m: -len(m.surface)):
+        text = text.replace(f" {m.surface} ", " @entity ")
+    tokens = [t for t in text.split() if t not in _ARTICLES]
+    joined = " ".join(tokens)
+    for phrase in order.entity_after:
+        if f" {' '.join(fold(phrase).split())} @entity " in f" {joined} ":
+            return True
+    first = joined.find("@entity")
+    if first >= 0:
+        for phrase in order.entity_before:
+            at = f" {joined} ".find(f" {' '.join(fold(phrase).split())} ")
+            if at > first:
+                return True
+    return False
 
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
