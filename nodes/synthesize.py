@@ -32,7 +32,8 @@ from tramita.core.replies import say
 log = get_logger("tramita.synthesize")
 
 LANGUAGE = {"pt": "Portuguese (Brazil)", "en": "English"}
-_LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ results?:|\bno matching records\b",
+_LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ results?:|\bno matching records\b"
+                         r"|\[api:[^\[\]\n]{1,60}\]\s*(?:data:|GET\b)|-> HTTP \d{3}",
                          re.IGNORECASE)
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")

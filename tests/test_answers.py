@@ -88,7 +88,7 @@ def test_numbers_and_units_are_written_in_code_per_language() -> None:
     assert "US$ 23.183,12" in pt and "23.183.12" not in pt and "R$" not in pt
     assert "USD 23,183.12" in en
     for block in (pt, en):
-        assert set(leaks(block)) <= {"result label", "table line"}  # no `rows:`, no `query:`; the
+        assert set(leaks(block)) <= {"result label", "table line", "api label"}  # no `rows:`, no `query:`; the
         # count heading and the table are there on purpose, and clean_answer drops them when copied
         assert "SELECT" not in block and "full_name" in block  # column names, not the query
 
@@ -211,3 +211,9 @@ def test_an_answer_that_is_only_a_copied_table_becomes_a_plain_list() -> None:
     cleaned = clean_answer("(manager | role | distance)\nAna Lima | Engineering Manager | 1\nRui Sá | CTO | 2", block)
     assert cleaned == "- Ana Lima, Engineering Manager, 1\n- Rui Sá, CTO, 2"
     assert not leaks(cleaned)
+
+
+def test_a_copied_api_label_line_is_removed() -> None:
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("Three services are degraded.\n[api:listServiceStatuses] data: service_id: api-gateway", block)
+    assert cleaned == "Three services are degraded." and not leaks(cleaned)

@@ -105,7 +105,8 @@ def test_multipliers_and_units() -> None:
 @pytest.mark.parametrize("bad", ["[SQL] rows: [{\"n\": 44}]", "A consulta voltou (no rows).",
                                   "query: SELECT 1", "Erro: OperationalError: no such table",
                                   "Traceback (most recent call last):", "The query [SQL] 2 results:\nname | role",
-                                  "[graph] no matching records.", "s.service_id | COUNT(i._ID)\nledger-service | 1"])
+                                  "[graph] no matching records.", "s.service_id | COUNT(i._ID)\nledger-service | 1",
+                                  "There are 3: [api:listServiceStatuses] data: service_id: api-gateway"])
 def test_leaks_are_found(bad: str) -> None:
     assert leaks(bad)
 

@@ -46,6 +46,7 @@ LEAK_PATTERNS: dict[str, re.Pattern[str]] = {
     "(no rows)": re.compile(r"\(no rows\)"),
     "table line": re.compile(r"(?m)^[^|\n]*\S \| \S[^\n]*$"),
     "result label": re.compile(r"\[[^\[\]\n]{1,40}\]\s*(?:\d+ results?:|no matching records)", re.IGNORECASE),
+    "api label": re.compile(r"\[api:[^\[\]\n]{1,60}\]\s*(?:data:|GET\b)|-> HTTP \d{3}"),
     "query:": re.compile(r"\bquery:"),
     "exception name": re.compile(r"\b\w+Error\b"),
     "Traceback": re.compile(r"\bTraceback\b"),
