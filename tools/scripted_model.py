@@ -65,14 +65,15 @@ def rule_based(prompt: str) -> str:
         ctx = prompt.split("Context:", 1)[1].split('Question: """', 1)[0].strip()
         # the context in prose: table rows become plain lines (a copied table is no answer)
         lines = [re.sub(r"\s*\|\s*", " ", ln).strip() for ln in ctx.splitlines() if not re.fullmatch(r"[|\s:-]+", ln)]
-        out, tag = [], ""
+        prose_lines: list[str] = []
+        tag = ""
         for ln in lines:  # an API's call and label lines are not prose: their tag goes on the data lines
             m = re.match(r"^(\[api:[^\]]+\])\s*(?:GET\b.*|data:)\s*$", ln)
             if m:
                 tag = m.group(1)
             elif ln:
-                out.append(f"{ln} {tag}" if tag and not ln.startswith("[") else ln)
-        prose = "\n".join(out)
+                prose_lines.append(f"{ln} {tag}" if tag and not ln.startswith("[") else ln)
+        prose = "\n".join(prose_lines)
         return prose[:700] if prose else "Não encontrei essa informação."
     return "{}"
 
