@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             calls[0] += 1
             return llm_plan(question, candidates, backend=args.llm, usage=Usage())
 
-        plan, _, _ = decide(item["question"], r, ask if args.llm else None)
+        plan, _, _ = decide(r, ask if args.llm else None)
         gold = set(item["needs"])
         rows.append({"id": item["id"], "needs": sorted(gold), "plan": sorted(plan), "decision": r.decision,
                      "candidates": r.candidates, "llm_calls": calls[0], "ok": set(plan) == gold,

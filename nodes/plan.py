@@ -56,7 +56,7 @@ def llm_plan(question: str, candidates: list[str], *, backend: str | None, usage
     return [n for n in names if getattr(out, f"use_{n}", False)], "the LLM planner chose among the close backends"
 
 
-def decide(question: str, matched: Route | None, ask: Callable[[list[str]], tuple[list[str], str]] | None,
+def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], str]] | None,
            ) -> tuple[list[str], str, list[str]]:
     """(backends in registry order, reason, errors) from the vocabulary match; `ask(candidates)` is
     the LLM planner for the close cases (None: the best candidate, as when the LLM fails).
@@ -109,7 +109,7 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     def ask(candidates: list[str]) -> tuple[list[str], str]:
         return llm_plan(question, candidates, backend=ctx.llm_backend, usage=usage)
 
-    chosen, reason, failed = decide(question, matched, ask)
+    chosen, reason, failed = decide(matched, ask)
     p = Plan(backends=chosen, reason=reason)
     return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=[*errors, *failed], **extra,
                                      **usage.trace())}

@@ -100,11 +100,27 @@ def query_cue_file(path: Path = QUERY_CUES_FILE) -> QueryCues:
     return cues
 
 
-def query_cues(path: Path = QUERY_CUES_FILE) -> tuple[frozenset[str], frozenset[str]]:
-    """(cues, fillers), folded."""
-    cues = query_cue_file(path)
-    return (frozenset(fold(w) for ws in cues.grouping_cues.values() for w in ws),
-            frozenset(fold(w) for ws in cues.fillers.values() for w in ws))
+@dataclass(frozen=True)
+class FoldedCues:
+    """The cue file's word lists, all languages together, folded once (`settle` reads them per word)."""
+
+    grouping: frozenset[str]
+    fillers: frozenset[str]
+    superlatives: frozenset[str]
+    singular: frozenset[str]
+    person: frozenset[str]
+
+
+@lru_cache(maxsize=4)
+def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
+    """The cue words of `path`, folded, once per process."""
+    f = query_cue_file(path)
+
+    def words(table: dict[str, list[str]]) -> frozenset[str]:
+        return frozenset(fold(w) for ws in table.values() for w in ws)
+
+    return FoldedCues(words(f.grouping_cues), words(f.fillers), words(f.superlatives), words(f.singular_cues),
+                      words(f.person_cues))
 
 
 class SemanticQueryError(ValueError):
@@ -589,14 +605,15 @@ class SemanticLayer:
 
         Order entries on a dropped dimension go too. A query keeps at least one field.
         """
-        text = " " + " ".join(re.findall(r"\w+", fold(question))) + " "
+        tokens = re.findall(r"\w+", fold(question))
+        text = " " + " ".join(tokens) + " "
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
         filtered = {f for f, _, _ in q.filters}
         dropped: list[str] = []
         kept: list[str] = []
         for name in q.dimensions:
-            reason = self._why_drop(name, q, text, fixed, filtered)
+            reason = self._why_drop(name, q, text, tokens, fixed, filtered)
             if reason and (kept or q.measures or len(q.dimensions) > len(dropped) + 1):
                 dropped.append(f"{name} ({reason})")
             else:
@@ -604,7 +621,7 @@ class SemanticLayer:
         gone = {d.split(" ", 1)[0] for d in dropped}
         order = [(f, d) for f, d in q.order if f not in gone]
         limit = q.limit
-        if limit is None and kept and any(f in self.measure_names for f, _ in order) and _one_asked(text, kept, self):
+        if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
         if not dropped:
@@ -612,17 +629,26 @@ class SemanticLayer:
         out = QueryObject(q.expressible, list(q.measures), kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
 
-    def _why_drop(self, name: str, q: QueryObject, text: str, fixed: set[str], filtered: set[str]) -> str:
+    def _entity_of(self, prefix: str) -> str | None:
+        """The entity a name's prefix stands for: itself, or the target of a join role."""
+        return prefix if prefix in self.spec.entities else next(iter(self._roles.get(prefix, ())), None)
+
+    def _entity_words(self, prefix: str) -> list[str]:
+        """The prefix, its entity and the entity's synonyms: the words that name it in a question."""
+        entity = self._entity_of(prefix)
+        return [] if entity is None else [prefix, entity, *self.spec.entities[entity].synonyms]
+
+    def _why_drop(self, name: str, q: QueryObject, text: str, tokens: list[str], fixed: set[str],
+                  filtered: set[str]) -> str:
         prefix, _, member = name.partition(".")
         if GRAIN_SEP in member:  # a grain is a breakdown, unless the filter leaves one bucket of it
             column, _, grain = member.partition(GRAIN_SEP)
             periods = [v for f, op, v in q.filters if f == f"{prefix}.{column}" and op == "=" and not isinstance(v, list)]
             return "one period of its grain" if any(_one_bucket(str(v), grain) for v in periods) else ""
-        entity = prefix if prefix in self.spec.entities else next(iter(self._roles.get(prefix, ())), None)
+        entity = self._entity_of(prefix)
         if entity is None or member not in self.spec.entities[entity].dimensions:
             return ""  # an unknown name: `parse`/`plan` refuse it with their own message
-        ent = self.spec.entities[entity]
-        dim = ent.dimensions[member]
+        dim = self.spec.entities[entity].dimensions[member]
         dated = self.kind(entity, member) in ("date", "timestamp")
         if name in fixed and not dated:  # a date "= 2026-03" is a period: its rows differ
             return "fixed by a filter"
@@ -630,14 +656,32 @@ class SemanticLayer:
             return ""
         if name in filtered and dated:
             return "the filtered period"
-        if any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(text, member):
+        if any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(tokens, member):
             return ""
-        words = [prefix, entity, *ent.synonyms, *(j.synonyms for e in self.spec.entities.values()
-                                                   for jn, j in e.joins.items() if jn == prefix)]
-        flat = [w for item in words for w in ([item] if isinstance(item, str) else item)]
-        if any(_after_cue(text, w) for w in flat):
+        role_words = [w for e in self.spec.entities.values() for jn, j in e.joins.items() if jn == prefix
+                      for w in j.synonyms]
+        if any(_after_cue(tokens, w) for w in [*self._entity_words(prefix), *role_words]):
             return ""
         return "not asked for"
+
+    def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
+        """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
+        and a singular subject right after a singular question cue ("qual colaborador", "which team",
+        "who"), not "quais times" or "which services".
+        """
+        cues = folded_cues()
+        if not cues.superlatives & set(tokens):
+            return False
+        words = [w for name in dims for w in self._entity_words(name.split(".", 1)[0])]
+        for i, tok in enumerate(tokens):
+            if tok not in cues.singular:
+                continue
+            if tok in cues.person:
+                return True
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if nxt and not nxt.endswith("s") and any(_after_cue([tok, nxt], w) for w in words):
+                return True
+        return False
 
     # ----------------------------------------------------------------------------- values
 
@@ -1010,61 +1054,29 @@ def _one_bucket(period: str, grain: str) -> bool:
     return bucket(start) == bucket(last)
 
 
-def _one_asked(text: str, dims: list[str], layer: SemanticLayer) -> bool:
-    """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
-    and a singular subject right after a singular question cue ("qual colaborador", "which team",
-    "who"), not "quais times" or "which services".
-    """
-    cues = query_cue_file()
-    tokens = text.split()
-    if not any(fold(w) in tokens for ws in cues.superlatives.values() for w in ws):
-        return False
-    singular = {fold(w) for ws in cues.singular_cues.values() for w in ws}
-    for i, tok in enumerate(tokens):
-        if tok not in singular:
-            continue
-        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if tok in {fold(w) for ws in cues.person_cues.values() for w in ws}:
-            return True
-        if nxt and not nxt.endswith("s") and any(_after_cue(f" {tok} {nxt} ", w) for w in _dimension_words(layer, dims)):
-            return True
-    return False
-
-
-def _dimension_words(layer: SemanticLayer, dims: list[str]) -> list[str]:
-    words: list[str] = []
-    for name in dims:
-        prefix = name.split(".", 1)[0]
-        entity = prefix if prefix in layer.spec.entities else next(iter(layer._roles.get(prefix, ())), None)
-        if entity is not None:
-            words += [prefix, entity, *layer.spec.entities[entity].synonyms]
-    return words
-
-
-def _cognate(text: str, member: str) -> bool:
+def _cognate(tokens: list[str], member: str) -> bool:
     """Whether a question word shares its first five letters with a word of the column's name
     ("categoria" ~ category, "prioridade" ~ priority): Portuguese and English cognates.
     """
     stems = {w[:5] for w in member.split("_") if len(w) >= 5}
-    return any(t[:5] in stems for t in text.split() if len(t) >= 5)
+    return any(t[:5] in stems for t in tokens if len(t) >= 5)
 
 
-def _after_cue(text: str, words: str) -> bool:
+def _after_cue(tokens: list[str], words: str) -> bool:
     """Whether `words` (or its plural) follows a grouping cue, with at most one filler between."""
     key = " ".join(fold(words).split())
     if not key:
         return False
-    cues, fillers = query_cues()
-    tokens = text.split()
+    cues = folded_cues()
     size = len(key.split())
     for i in range(len(tokens)):
         if " ".join(tokens[i:i + size]) not in (key, key + "s") and not (
                 key.endswith("s") and " ".join(tokens[i:i + size]) == key[:-1]):
             continue
         before = tokens[max(0, i - 2):i]
-        if before and before[-1] in cues:
+        if before and before[-1] in cues.grouping:
             return True
-        if len(before) == 2 and before[-1] in fillers and before[0] in cues:
+        if len(before) == 2 and before[-1] in cues.fillers and before[0] in cues.grouping:
             return True
     return False
 

@@ -29,9 +29,9 @@ import dataclasses
 import itertools
 import re
 import sqlite3
-import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
@@ -414,19 +414,17 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _first_tokens(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """p50 / p95 of the time from the turn's start to the first streamed answer token."""
-    values = sorted(float(r["first_token_seconds"]) for r in records if r.get("first_token_seconds") is not None)
-    if not values:
-        return None
-    return {"n": len(values), "p50": round(statistics.median(values), 2),
-            "p95": round(values[min(len(values) - 1, int(0.95 * len(values)))], 2)}
+    """The time from the turn's start to the first streamed answer token, over the answers that had one."""
+    from tramita.lab.evaluation.runner import distribution
+
+    values = [float(r["first_token_seconds"]) for r in records if r.get("first_token_seconds") is not None]
+    return {"n": len(values), **distribution(values)} if values else None
 
 
 def _path_shares(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Per backend, how many items each path answered ("pattern:<name>" counted as "pattern")."""
-    out: dict[str, dict[str, int]] = {}
+    shares: dict[str, Counter[str]] = {}
     for r in records:
         for backend, path in (r.get("paths") or {}).items():
-            kind = path.split(":", 1)[0]
-            out.setdefault(backend, {})[kind] = out.setdefault(backend, {}).get(kind, 0) + 1
-    return out
+            shares.setdefault(backend, Counter())[path.split(":", 1)[0]] += 1
+    return {backend: dict(c) for backend, c in shares.items()}

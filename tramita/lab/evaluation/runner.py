@@ -389,7 +389,8 @@ def _run_in_workers(kind: Kind, items: list[dict[str, Any]], where: tuple[str, s
 
 # ------------------------------------------------------------------------------ statistics
 
-def _dist(values: list[float]) -> dict[str, float | None]:
+def distribution(values: list[float]) -> dict[str, float | None]:
+    """p50, p95, mean and max of `values` (all None when empty), as every report shows them."""
     if not values:
         return {"p50": None, "p95": None, "mean": None, "max": None}
     arr = np.asarray(values, dtype=float)
@@ -402,10 +403,10 @@ def per_turn_stats(turns: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
     traced = [(t, s) for t, s in turns if t]
     return {
         "turns": len(traced),
-        "llm_calls_per_turn": _dist([float(t.get("llm_calls", 0)) for t, _ in traced]),
-        "tokens_per_turn": _dist([float(t.get("prompt_tokens", 0)) + float(t.get("completion_tokens", 0))
+        "llm_calls_per_turn": distribution([float(t.get("llm_calls", 0)) for t, _ in traced]),
+        "tokens_per_turn": distribution([float(t.get("prompt_tokens", 0)) + float(t.get("completion_tokens", 0))
                                   for t, _ in traced]),
-        "latency_s": _dist([float(s) for _, s in traced]),
+        "latency_s": distribution([float(s) for _, s in traced]),
     }
 
 
