@@ -25,6 +25,12 @@ from tools.services import Services
 # the node whose LLM tokens are the answer being written (the server streams the same node)
 STREAM_NODE = "synthesize"
 ENV_DURABILITY = "TRAMITA_CHECKPOINT_DURABILITY"
+# One checkpoint per turn, written when the turn ends: a chat turn is the unit a user retries, so the
+# per-step checkpoints of "async" buy nothing here and cost a third of a routing turn (threads,
+# serialisation, SQLite). A turn killed midway leaves the thread as the previous turn left it; the
+# user's resent message replays it, and a write replays under the same idempotency key (the
+# transaction id and the arguments), so it is never applied twice.
+DEFAULT_DURABILITY = "exit"
 
 
 @dataclass
@@ -65,13 +71,12 @@ def _content_text(content: Any) -> str:
 class Session:
     """A compiled graph and the Context its turns run with."""
 
-    def __init__(self, graph: Any, context: Context, durability: str | None = None) -> None:
+    def __init__(self, graph: Any, context: Context, durability: str | None = DEFAULT_DURABILITY) -> None:
         """`graph`: compiled with a checkpointer (`open_session` does both).
 
-        `durability`: LangGraph's checkpoint durability for every turn; None keeps LangGraph's default
-        ("async": a checkpoint per step, written by background threads). "exit" writes one checkpoint
-        when the turn ends, so a turn killed midway leaves the thread as the previous turn left it;
-        `tramita bench` (overhead, routing_by_durability) measures what each costs.
+        `durability`: LangGraph's checkpoint durability for every turn (default "exit", see
+        `DEFAULT_DURABILITY`); "async" writes a checkpoint per step from background threads, "sync"
+        per step before the next. `tramita bench` (overhead, routing_by_durability) measures each.
         """
         self.graph = graph
         self.context = context
@@ -131,9 +136,9 @@ def open_session(context: Context | None = None, services: Services | None = Non
 
     The profile is checked first, so a wrong `--profile` fails here with the valid names rather than
     in the middle of a conversation. `durability` (default: env TRAMITA_CHECKPOINT_DURABILITY, else
-    LangGraph's own) is LangGraph's checkpoint durability for the session's turns.
+    DEFAULT_DURABILITY) is LangGraph's checkpoint durability for the session's turns.
     """
-    durability = durability or os.environ.get(ENV_DURABILITY) or None
+    durability = durability or os.environ.get(ENV_DURABILITY) or DEFAULT_DURABILITY
     if durability not in (None, "async", "sync", "exit"):
         raise ValueError(f"{ENV_DURABILITY}={durability!r}: choose async, sync or exit")
     ctx = context or Context(services=services)

@@ -1,5 +1,5 @@
 """The planner routes by the backends' own vocabularies: clear matches cost no LLM call, close ones
-ask the LLM among the close candidates only, a failing LLM never widens the plan to every backend,
+take the best candidate (or, with the policy on, ask the LLM among the close candidates only), a failing LLM never widens the plan to every backend,
 a policy/rule/deadline/process question reaches the documents, and the vectors are cached per data
 revision.
 
@@ -118,13 +118,15 @@ def test_vectors_are_cached_per_revision(planner: BagOfWords, monkeypatch: pytes
 
 # ------------------------------------------------------------------------------- the node
 
-def _plan(question: str, responder: Any, monkeypatch: pytest.MonkeyPatch, route: ph.Route) -> dict[str, Any]:
+def _plan(question: str, responder: Any, monkeypatch: pytest.MonkeyPatch, route: ph.Route, *,
+          llm_when_close: bool = True) -> dict[str, Any]:
     from graph.context import Context
     from nodes import plan as plan_node
     from tools.llm import override_model
     from tools.scripted_model import ScriptedChatModel
 
     monkeypatch.setattr(plan_node, "route", lambda _q, _s: route)
+    monkeypatch.setattr(plan_node, "llm_when_close", lambda: llm_when_close)
     override_model("scripted", ScriptedChatModel(responder=responder))
     try:
         state: Any = {"messages": [HumanMessage(question)]}
@@ -152,6 +154,21 @@ def test_a_close_route_asks_the_llm_among_the_candidates_only(monkeypatch: pytes
     assert len(prompts) == 1 and "use_sql" in prompts[0] and "use_docs" in prompts[0]
     assert "use_graph" not in prompts[0] and "use_api" not in prompts[0]
     assert out["plan"]["backends"] == ["docs", "sql"]
+
+
+def test_by_default_a_close_route_takes_its_best_candidate_without_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    assert ph.llm_when_close() is False  # the shipped policy
+    out = _plan("q", never, monkeypatch, ph.Route("close", [], ["graph", "sql"], [], "close"), llm_when_close=False)
+    assert out["plan"]["backends"] == ["graph"] and not out["turn"].get("errors")
+    out = _plan("q", never, monkeypatch, ph.Route("close", [], ["sql", "docs"], [], "close", ["docs"]),
+                llm_when_close=False)
+    assert out["plan"]["backends"] == ["docs", "sql"]  # a named kind of document still joins
+    out = _plan("q", never, monkeypatch, ph.Route("none", [], ["api", "sql", "docs", "graph"], [], "none"),
+                llm_when_close=False)
+    assert out["plan"]["backends"] == ["api"]
 
 
 def test_a_failing_llm_takes_the_best_candidate_not_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:

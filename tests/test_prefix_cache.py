@@ -143,6 +143,40 @@ def test_partial_prefix_match_is_truncated_correctly(gguf: str) -> None:
     assert out.response_metadata["prefix_cache"] == "ram" and out.response_metadata["prefix_restored"] > 0
 
 
+@pytest.mark.real_model
+def test_a_prefix_saved_on_disk_serves_a_new_process(gguf: str, tmp_path: Path) -> None:
+    """The disk tier (a restarted server, `tramita ask`): a prefix one process saved is loaded by
+    the next with an empty RAM cache, and gives exactly the uncached output.
+    """
+    msgs = [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: abrir ticket P2\nUser reply: \"\"\"bora\"\"\"")]
+    plain = _model(gguf, prefix_cache_mib=0, max_tokens=8)
+    _cold(plain)
+    reference = plain.invoke(msgs).content
+    writer = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
+    _cold(writer)
+    assert writer.invoke(msgs).response_metadata["prefix_saved"] is True
+    assert list(tmp_path.glob("*.kv")), "the saved prefix is on disk"
+    reader = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
+    reader.loaded().cache.clear()  # what a new process starts with: nothing in RAM
+    _cold(reader)
+    out = reader.invoke(msgs)
+    assert out.response_metadata["prefix_cache"] == "disk" and out.response_metadata["prefix_restored"] > 0
+    assert out.content == reference
+
+
+def test_the_disk_tier_defaults_to_the_models_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tools.llm import BackendSpec, prefix_cache_settings
+
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.delenv("TRAMITA_PREFIX_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRAMITA_PREFIX_CACHE_MIB", raising=False)
+    spec = BackendSpec(provider="llamacpp", model="m")
+    assert prefix_cache_settings(spec) == (256, str(tmp_path / "models" / "cache" / "prefix"))
+    assert prefix_cache_settings(spec.model_copy(update={"prefix_cache_disk_mib": 0})) == (256, None)
+    monkeypatch.setenv("TRAMITA_PREFIX_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert prefix_cache_settings(spec)[1] == str(tmp_path / "elsewhere")
+
+
 class Plan(BaseModel):
     use_sql: bool
     use_graph: bool

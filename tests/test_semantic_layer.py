@@ -324,6 +324,46 @@ def test_settle_drops_the_dimensions_the_question_did_not_ask_for(case: str, lay
         assert not results_match(expected, unsettled, ordered=sql_is_ordered(gold), strict=True)
 
 
+@pytest.mark.parametrize(("question", "filled", "want"), [
+    ("What's the mean value of an approved airfare expense?", "expenses.sum_amount_usd", "expenses.avg_amount_usd"),
+    ("Quanto deu a soma das despesas de hospedagem aprovadas?", "expenses.avg_amount_usd", "expenses.sum_amount_usd"),
+    ("Qual o valor médio e o total das despesas aprovadas?", "expenses.sum_amount_usd", "expenses.sum_amount_usd"),
+    ("Média de despesas aprovadas por categoria", "expenses.count", "expenses.count"),
+])
+def test_settle_takes_the_aggregation_the_question_names(question: str, filled: str, want: str,
+                                                         layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """One named aggregation swaps in the sibling measure of the same column; two named, or a count,
+    are left to the model. The swapped query gives the gold rows; the one as filled does not.
+    """
+    raw = layer.parse({"measures": [filled], "filters": [{"field": "expenses.status", "op": "=", "value": "approved"}],
+                       "order": [{"field": filled, "direction": "desc"}]})
+    settled, notes = layer.settle(raw, question)
+    assert settled.measures == [want] and settled.order == [(want, "desc")]
+    assert bool(notes) == (want != filled)
+    if want != filled:
+        agg = "AVG" if want.endswith("avg_amount_usd") else "SUM"
+        gold = _rows(novaops, f"SELECT {agg}(amount_usd) FROM expenses WHERE status = 'approved'")
+        ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+        unsettled = [tuple(r.values()) for r in tool.query(layer.compile(raw, stored_values(tool)).sql)]
+        assert results_match(gold, ours, ordered=False, strict=True)
+        assert not results_match(gold, unsettled, ordered=False, strict=True)
+
+
+def test_settle_drops_a_filter_that_only_names_its_column(layer: SemanticLayer, tool: SQLTool,
+                                                         novaops: Path) -> None:
+    """"Per office" filled as office_city = 'office' is a breakdown, not a filter; a real city stays."""
+    filled = {"measures": ["employees.count"], "dimensions": ["employees.office_city"],
+              "filters": [{"field": "employees.office_city", "op": "=", "value": "Offices"}]}
+    settled, notes = layer.settle(layer.parse(filled), "How many people work in each office?")
+    assert settled.filters == [] and settled.dimensions == ["employees.office_city"] and notes
+    gold = _rows(novaops, "SELECT office_city, COUNT(*) FROM employees GROUP BY office_city")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    assert results_match(gold, ours, ordered=False, strict=True)
+    real = {**filled, "filters": [{"field": "employees.office_city", "op": "=", "value": "Recife"}]}
+    kept, _ = layer.settle(layer.parse(real), "How many people work in the Recife office?")
+    assert kept.filters == [("employees.office_city", "=", "Recife")]
+
+
 def test_settle_keeps_one_field(layer: SemanticLayer) -> None:
     """A query whose only dimension is filtered keeps it: an empty query cannot be compiled."""
     q = layer.parse({"dimensions": ["tickets.status"], "filters": [{"field": "tickets.status", "op": "=",

@@ -54,6 +54,7 @@ def test_writes_aimed_at_data_are_refused(text: str) -> None:
     "Add billing-v2 to the graph",
     "insere uma linha na tabela de despesas",
     "purge the expenses data",
+    "Add up the budgets. Then add a row to the expenses table.",
 ])
 def test_writes_aimed_at_the_store_are_refused_even_when_a_tool_matches(text: str) -> None:
     flagged = screen(text, data=DATA, tool_matches=_tool)
@@ -74,6 +75,7 @@ def test_writes_aimed_at_the_store_are_refused_even_when_a_tool_matches(text: st
     "cria um ticket para o payments-api",
     "reatribui o TCK-1092 para a Larissa Teixeira",
     "Qual o limite de aprovação da Sofia Marques?",
+    "Add up the expenses of every employee in Lisboa.",
 ])
 def test_questions_and_business_requests_are_not_refused(text: str) -> None:
     assert screen(text, data=DATA, tool_matches=_no_tool) is None, text

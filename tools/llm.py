@@ -56,8 +56,12 @@ class BackendSpec(BaseModel):
     use_mmap: bool = True
     use_mlock: bool = False
     # evaluated KV state of each component's static prompt prefix, kept in RAM (0: off);
-    # env TRAMITA_PREFIX_CACHE_MIB overrides, TRAMITA_PREFIX_CACHE_DIR adds a disk tier
+    # env TRAMITA_PREFIX_CACHE_MIB overrides
     prefix_cache_mib: float = Field(256, ge=0)
+    # and on disk under <models>/cache/prefix (0: off; env TRAMITA_PREFIX_CACHE_DIR moves it), so a
+    # new process (a restarted server, `tramita ask`) loads a prefix in milliseconds instead of
+    # evaluating ~2,000 tokens at ~40 tok/s
+    prefix_cache_disk_mib: float = Field(1024, ge=0)
 
 
 class ComponentProfile(BaseModel):
@@ -177,7 +181,12 @@ def override_model(backend: str, model: BaseChatModel | None) -> None:
 def prefix_cache_settings(spec: BackendSpec) -> tuple[float, str | None]:
     """(RAM MiB, disk folder or None) of the static-prefix KV cache: the spec, then the environment."""
     mib = os.environ.get("TRAMITA_PREFIX_CACHE_MIB", "").strip()
-    return (float(mib) if mib else spec.prefix_cache_mib), (os.environ.get("TRAMITA_PREFIX_CACHE_DIR") or None)
+    folder = os.environ.get("TRAMITA_PREFIX_CACHE_DIR") or None
+    if folder is None and spec.prefix_cache_disk_mib > 0:
+        from tools.model_files import models_dir
+
+        folder = str(models_dir() / "cache" / "prefix")
+    return (float(mib) if mib else spec.prefix_cache_mib), folder
 
 
 def _llamacpp(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
@@ -189,6 +198,7 @@ def _llamacpp(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
                               n_threads_batch=spec.n_threads_batch, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch,
                               flash_attn=spec.flash_attn, use_mmap=spec.use_mmap, use_mlock=spec.use_mlock,
                               prefix_cache_mib=cache_mib, prefix_cache_dir=cache_dir,
+                              prefix_cache_disk_mib=spec.prefix_cache_disk_mib or 1024,
                               temperature=prof.temperature, max_tokens=prof.max_tokens,
                               timeout_seconds=prof.timeout_seconds)
 

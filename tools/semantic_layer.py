@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from tools.semantic_model import (
     GRAINS,
     OPERATORS,
+    Aggregation,
     Catalog,
     ColumnKind,
     Entity,
@@ -86,6 +87,8 @@ class QueryCues(BaseModel):
     superlatives: dict[str, list[str]] = Field(default_factory=dict, description="most, largest, maior ...")
     singular_cues: dict[str, list[str]] = Field(default_factory=dict, description="question words before ONE thing")
     person_cues: dict[str, list[str]] = Field(default_factory=dict, description="who: one person")
+    aggregation_cues: dict[Aggregation, list[str]] = Field(
+        default_factory=dict, description="an aggregation (avg, sum, min, max) -> the words that ask for it")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -109,6 +112,7 @@ class FoldedCues:
     superlatives: frozenset[str]
     singular: frozenset[str]
     person: frozenset[str]
+    aggregations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # agg -> folded words or phrases
 
 
 @lru_cache(maxsize=4)
@@ -120,7 +124,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
         return frozenset(fold(w) for ws in table.values() for w in ws)
 
     return FoldedCues(words(f.grouping_cues), words(f.fillers), words(f.superlatives), words(f.singular_cues),
-                      words(f.person_cues))
+                      words(f.person_cues),
+                      {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()})
 
 
 class SemanticQueryError(ValueError):
@@ -607,27 +612,74 @@ class SemanticLayer:
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
+        filters = [flt for flt in q.filters if not self._column_word(*flt)]
+        dropped: list[str] = [f"filter {f} = {v!r} (the word for the column, not a value)"
+                              for f, o, v in q.filters if (f, o, v) not in filters]
+        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
+                        list(q.order), q.limit)
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
         filtered = {f for f, _, _ in q.filters}
-        dropped: list[str] = []
         kept: list[str] = []
+        gone: set[str] = set()
         for name in q.dimensions:
             reason = self._why_drop(name, q, text, tokens, fixed, filtered)
-            if reason and (kept or q.measures or len(q.dimensions) > len(dropped) + 1):
+            if reason and (kept or q.measures or len(q.dimensions) > len(gone) + 1):
                 dropped.append(f"{name} ({reason})")
+                gone.add(name)
             else:
                 kept.append(name)
-        gone = {d.split(" ", 1)[0] for d in dropped}
-        order = [(f, d) for f, d in q.order if f not in gone]
+        measures, swapped = self._asked_measures(q.measures, text)
+        dropped += swapped
+        renamed = dict(zip(q.measures, measures, strict=True))
+        order = [(renamed.get(f, f), d) for f, d in q.order if f not in gone]
         limit = q.limit
         if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
         if not dropped:
             return q, []
-        out = QueryObject(q.expressible, list(q.measures), kept, list(q.segments), list(q.filters), order, limit)
+        out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
+
+    def _column_word(self, name: str, op: str, value: Any) -> bool:
+        """Whether an `=` filter's value is only a word for its own column ("cada escritório" filled
+        as office_city = 'escritório'), and not one of the column's declared values.
+        """
+        prefix, _, member = name.partition(".")
+        entity = self._entity_of(prefix)
+        dim = self.spec.entities[entity].dimensions.get(member) if entity is not None else None
+        if op != "=" or not isinstance(value, str) or dim is None:
+            return False
+        key = fold(value).strip()
+        declared = {fold(v) for stored, syns in dim.values.items() for v in [stored, *syns]}
+        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms]}
+        return key not in declared and any(key in (w, w + "s", w + "es") for w in words)
+
+    def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
+        """The measures with an aggregation the question names swapped in: "avg amount" filled as
+        the sum of the amount becomes the average of the same column, when the entity declares it.
+        Only when the question names exactly one aggregation (`aggregation_cues`) and the chosen
+        measure's own is not named; a count, or a measure with no sibling, is left as it is.
+        """
+        cues = folded_cues().aggregations
+        named = {agg for agg, words in cues.items() if any(f" {w} " in text for w in words)}
+        if len(named) != 1:
+            return list(measures), []
+        (want,) = named
+        out: list[str] = []
+        notes: list[str] = []
+        for name in measures:
+            entity, _, member = name.partition(".")
+            ent = self.spec.entities.get(entity)
+            m = ent.measures.get(member) if ent is not None else None
+            sibling = None
+            if ent is not None and m is not None and m.column and m.agg != want and m.agg != "count":
+                sibling = next((n for n, o in ent.measures.items() if o.agg == want and o.column == m.column), None)
+            out.append(f"{entity}.{sibling}" if sibling else name)
+            if sibling:
+                notes.append(f"{name} (the question asks for {want}: {entity}.{sibling})")
+        return out, notes
 
     def _entity_of(self, prefix: str) -> str | None:
         """The entity a name's prefix stands for: itself, or the target of a join role."""

@@ -62,6 +62,7 @@ class Matching(BaseModel):
     lexical_weight: float = Field(0.02, ge=0.0, le=0.2)
     margin: float = Field(0.03, ge=0.0, le=0.5)
     floor: float = Field(0.80, ge=0.0, le=1.0)
+    llm_when_close: bool = Field(False, description="ask the LLM planner in a close case (else: the best match)")
 
 
 class PlannerFile(BaseModel):
@@ -82,6 +83,11 @@ def _file() -> PlannerFile:
         raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field descriptions: unknown backends {sorted(unknown)}; "
                          f"known: {sorted(BACKENDS)}")
     return f
+
+
+def llm_when_close() -> bool:
+    """Whether a close case goes to the LLM planner (`matching.llm_when_close`)."""
+    return _file().matching.llm_when_close
 
 
 def descriptions() -> dict[str, str]:

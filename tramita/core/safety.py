@@ -68,6 +68,7 @@ class WriteRequests(BaseModel):
     create_verbs: list[str]  # verbs that add something: a write only when aimed at the store itself
     store_words: list[str]  # words naming the store (database, table, graph, register)
     clause_openers: list[str]  # words skipped before the verb ("e", "then", "agora")
+    read_phrasals: list[str] = []  # a write verb + particle that reads ("add up"): never a write
 
 
 class SafetyFile(BaseModel):
@@ -228,12 +229,15 @@ def write_request(text: str, data: DataSource = None) -> tuple[WriteKind, str] |
     and reading the vocabulary costs a schema and reference scan the first time).
     """
     change, create, store, openers = _word_classes()
+    phrasals = {fold(p) for p in _file().write_requests.read_phrasals}
     found: tuple[WriteKind, str] | None = None
     for raw in _CLAUSE.split(text):
         words = _strip_openers(fold(raw).split(), openers)
         if len(words) < 2:
             continue
         verb, rest = words[0], " ".join(words[1:])
+        if " ".join(words[:2]) in phrasals:
+            continue
         changing = change.match(verb) is not None
         if not changing and create.match(verb) is None:
             continue

@@ -731,7 +731,9 @@ def bench_local(settings: Settings, workdir: Path, *, quick: bool, backend: str)
     # its progress lines (and a traceback) reach the console
     proc = subprocess.run([sys.executable, "-m", "tramita.lab.bench", "--local-probe", json.dumps(spec)],
                           stdout=subprocess.PIPE, text=True, timeout=3600,
-                          env=child_env(local, {"TRAMITA_TODAY": TODAY}))
+                          # an empty prefix folder: the section measures cold prefixes, not an earlier run's
+                          env=child_env(local, {"TRAMITA_TODAY": TODAY,
+                                                "TRAMITA_PREFIX_CACHE_DIR": str(workdir / "prefix-cold")}))
     wall = time.perf_counter() - started
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:

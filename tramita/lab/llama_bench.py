@@ -297,7 +297,8 @@ def bench_llama(settings: Settings, workdir: Path, *, quick: bool, backend: str,
     from tramita.lab.procenv import child_env
 
     model_path, base = profile_options(backend)
-    env = child_env(settings.with_profile(backend))
+    # an empty prefix folder, so no strategy starts from an earlier run's saved prefixes
+    env = child_env(settings.with_profile(backend), {"TRAMITA_PREFIX_CACHE_DIR": str(workdir / "prefix-cold")})
     sizes = [PROMPT_SIZES[0]] if quick else list(PROMPT_SIZES)
     configs = configurations(base, grid, quick)
     speeds = []
