@@ -40,6 +40,7 @@ _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
 _TABLE_LINE = re.compile(r"^\s*\||\S \| \S")  # a result-table line, two columns or more
 _SENTENCE = re.compile(r".+?(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)  # "23.183,12" does not end a sentence
 _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*")
 
 
 # ----------------------------------------------------------------------------------- context
@@ -171,6 +172,36 @@ def clean_answer(answer: str, block: str) -> str:
     return "\n".join(ln.rstrip() for ln in text.splitlines()).strip()
 
 
+LIST_ROWS = 12  # a result this short is a list the answer can name in full
+
+
+def _labels(rows: list[dict[str, Any]]) -> list[str]:
+    """The values of a result's first text column (ids, names): what a listing answer names."""
+    for column in rows[0]:
+        values = [r.get(column) for r in rows]
+        if all(isinstance(v, str) and v.strip() and not _NUMBER.fullmatch(v.strip()) and len(v) <= 60 for v in values):
+            return list(dict.fromkeys(str(v).strip() for v in values))
+    return []
+
+
+def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str) -> str:
+    """The answer, plus the full list when it names two or more rows of a short query result but
+    not all of them. Why: the 1.5B model stops listing after three or four items ("depends on A, B
+    and C" out of seven rows), and a user cannot tell a cut list from a complete one.
+    """
+    folded = fold(answer)
+    for c in contexts:
+        rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
+        if not 2 <= len(rows) <= LIST_ROWS:
+            continue
+        labels = _labels(rows)
+        named = [v for v in labels if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
+        if 2 <= len(named) < len(labels):
+            answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
+            folded = fold(answer)
+    return answer
+
+
 # -------------------------------------------------------------------------------------- node
 
 def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -202,7 +233,7 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         log.warning("synthesis failed: %s", exc)
         return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
-    cleaned = clean_answer(answer, block) or say("no_answer", lang)
+    cleaned = complete_list(clean_answer(answer, block), answered, lang) or say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
     return {"answer": cleaned, "notices": [gap] if gap else [],
             "turn": trace("synthesize", route="answer", **extra, **usage.trace())}

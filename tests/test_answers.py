@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from graph.context import Context
-from nodes.synthesize import clean_answer, render_contexts, synthesize
+from nodes.synthesize import LIST_ROWS, clean_answer, complete_list, render_contexts, synthesize
 from tools.llm import override_model
 from tools.scripted_model import ScriptedChatModel
 from tramita.base.text import detect_language
@@ -180,6 +180,29 @@ def test_a_copied_result_label_line_is_removed() -> None:
     cleaned = clean_answer("The SQL query [SQL] 1 result:\nCarolina Mendes spent USD 23,183.12 [SQL].", block)
     assert cleaned == "Carolina Mendes spent USD 23,183.12 [SQL]."
     assert "no matching records" not in clean_answer("[graph] no matching records.\nNothing found.", block)
+
+
+DEPS = {"backend": "graph", "rows": [{"service": s, "hops": h} for s, h in
+                                      [("api-gateway", 1), ("auth-service", 2), ("event-bus", 2), ("redis-cache", 3)]]}
+
+
+def test_a_list_cut_short_gets_the_full_list() -> None:
+    """Two of four rows named: the full list follows, in the answer's language."""
+    out = complete_list("web-frontend depends on api-gateway and auth-service.", [DEPS], "en")
+    assert out.endswith("Full list: api-gateway, auth-service, event-bus, redis-cache.")
+    pt = complete_list("Depende do api-gateway e do event-bus.", [DEPS], "pt")
+    assert pt.endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
+
+
+@pytest.mark.parametrize("answer", [
+    "web-frontend depends on api-gateway, auth-service, event-bus and redis-cache.",  # complete already
+    "The closest dependency is api-gateway.",  # one named: an answer about one row, not a list
+    "web-frontend has 4 dependencies.",  # a count
+])
+def test_a_complete_or_non_list_answer_is_left_alone(answer: str) -> None:
+    assert complete_list(answer, [DEPS], "en") == answer
+    many = {"backend": "sql", "rows": [{"name": f"svc-{i}"} for i in range(LIST_ROWS + 1)]}
+    assert complete_list("svc-1 and svc-2 and more.", [many], "en") == "svc-1 and svc-2 and more."
 
 
 # ---------------------------------------------------------------------------- real model
