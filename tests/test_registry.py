@@ -242,6 +242,25 @@ def test_disable_hides_at_once_from_every_instance(synced: tuple[Env, Registry])
         assert (m.decision, m.best) == ("clear", "approve_expense")
 
 
+def test_the_revision_is_read_again_only_when_the_database_file_changed(synced: tuple[Env, Registry]) -> None:
+    """On SQLite the revision is a stat while nothing was written; any process's write is seen."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    _, reg = synced
+    queries: list[str] = []
+    event.listen(reg.engine, "before_cursor_execute", lambda *a: queries.append(a[2]))
+    first = reg.revision()
+    queries.clear()
+    assert reg.revision() == first and reg.revision() == first and not queries
+    raw = sqlite3.connect(str(reg.engine.url.database))  # another process's write, outside SQLAlchemy
+    with raw:
+        raw.execute("UPDATE tramita_meta SET value = 'elsewhere' WHERE key = 'registry_revision'")
+    raw.close()
+    assert reg.revision() == "elsewhere" and queries
+
+
 def test_mid_conversation_disable_cancels_the_pending_write(novaops: Path, novaops_services: Services) -> None:
     from graph.context import Context
     from graph.session import open_session
