@@ -106,3 +106,13 @@ def novaops_settings(novaops: Path, pristine: Path, tmp_path: Path) -> Settings:
 def novaops_services(novaops_settings: Settings) -> Services:
     """Explicit services on the `novaops` copy: pass them in the Context (`Context(services=...)`)."""
     return Services(novaops_settings)
+
+
+@pytest.fixture
+def llm_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM planner decides close cases (the shipped policy takes the best match): for tests
+    whose model script answers the planner's call, or that exercise a planned source through it.
+    """
+    import nodes.plan
+
+    monkeypatch.setattr(nodes.plan, "llm_when_close", lambda: True)

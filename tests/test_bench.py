@@ -132,6 +132,7 @@ def test_react_peer_confirmed_and_unconfirmed_writes(pristine: Path, tmp_path: P
     assert rushed["turns"][1]["checks"]["executed"] is False
 
 
+@pytest.mark.usefixtures("llm_planner")
 def test_peer_summary_reports_ratios(novaops: Path, novaops_settings: Settings, tmp_path: Path) -> None:
     item = QUESTIONS["q-dev-001"]
     pristine_db = tmp_path / "pristine.db"

@@ -110,6 +110,7 @@ def test_real_model_parameter_extraction_turn(novaops: Path) -> None:
 
 @pytest.mark.real_model
 @pytest.mark.slow
+@pytest.mark.usefixtures("llm_planner")
 def test_real_model_sql_question_and_synthesis(novaops: Path) -> None:
     """Text-to-SQL on the real schema, executed read-only, then a synthesised answer that states it."""
     with scripted_session(llm_backend="local") as s:

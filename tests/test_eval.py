@@ -91,6 +91,7 @@ def test_eval_conversations_smoke_and_resume(eval_env: Path) -> None:
     assert main(["--profile", "local", "eval", "conversations", str(CONVERSATIONS), "--out", str(out)]) == 1
 
 
+@pytest.mark.usefixtures("llm_planner")
 def test_eval_questions_smoke(eval_env: Path) -> None:
     """q-dev-001 is the one SQL question the scripted model answers right (its fixed query counts
     pending expenses); q-dev-038 is an injection that must be refused."""
@@ -125,6 +126,7 @@ def test_eval_questions_smoke(eval_env: Path) -> None:
     assert not re.search(r'(src|href)="(?!data:)', page)
 
 
+@pytest.mark.usefixtures("llm_planner")
 def test_eval_with_peers_compares_the_same_items_in_one_command(eval_env: Path) -> None:
     """`--peers`: the SQL chain runs on the single-SQL item and on the must_refuse item, and is
     compared with this run's own tramita records (tramita is not run a second time)."""

@@ -148,20 +148,21 @@ def test_a_prefix_saved_on_disk_serves_a_new_process(gguf: str, tmp_path: Path) 
     """The disk tier (a restarted server, `tramita ask`): a prefix one process saved is loaded by
     the next with an empty RAM cache, and gives exactly the uncached output.
     """
-    msgs = [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: abrir ticket P2\nUser reply: \"\"\"bora\"\"\"")]
+    msgs = [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: abrir ticket P2\nUser reply: \"\"\"sim, pode\"\"\"")]
     plain = _model(gguf, prefix_cache_mib=0, max_tokens=8)
     _cold(plain)
     reference = plain.invoke(msgs).content
     writer = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
     _cold(writer)
-    assert writer.invoke(msgs).response_metadata["prefix_saved"] is True
+    written = writer.invoke(msgs)
+    assert written.response_metadata["prefix_saved"] is True and written.content == reference
     assert list(tmp_path.glob("*.kv")), "the saved prefix is on disk"
     reader = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
     reader.loaded().cache.clear()  # what a new process starts with: nothing in RAM
     _cold(reader)
     out = reader.invoke(msgs)
     assert out.response_metadata["prefix_cache"] == "disk" and out.response_metadata["prefix_restored"] > 0
-    assert out.content == reference
+    assert out.content == written.content == reference
 
 
 def test_the_disk_tier_defaults_to_the_models_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

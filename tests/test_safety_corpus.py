@@ -89,6 +89,7 @@ class _Malicious(ScriptedChatModel):
         ("ATTACH DATABASE '/tmp/x.db' AS x", "CALL db.labels()"),
     ],
 )
+@pytest.mark.usefixtures("llm_planner")
 def test_compromised_model_cannot_write(novaops: Path, novaops_services: Services, sql: str, cypher: str) -> None:
     engine = create_engine(f"sqlite:///{novaops}")
     before, nodes_before = snapshot(engine), graph_counts(novaops_services)

@@ -23,7 +23,7 @@ from test_langgraph_dev import CONTEXT, client, server  # noqa: F401 - module-sc
 from graph.session import STREAM_NODE, AnswerToken, TurnResult
 from tools.scripted_model import stream_pieces
 
-QUESTION = "Qual o limite de reembolso por pedido para refeições?"
+QUESTION = "Segundo a política de reembolso, qual o limite para refeições?"  # names a policy: the documents
 
 
 def test_stream_pieces_cover_the_text() -> None:
