@@ -73,7 +73,10 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
         if len(candidates) == 1:
             chosen, reason = candidates, "the only candidate"
         elif ask is None:
-            chosen, reason = candidates[:1], "close: the best match (no LLM planner)"
+            best = matched.best if matched is not None else []
+            chosen = [n for n in best if n in candidates] or candidates[:1]
+            reason = "close: each part's best match (no LLM planner)" if len(chosen) > 1 else \
+                "close: the best match (no LLM planner)"
         else:
             try:
                 chosen, reason = ask(candidates)

@@ -181,3 +181,20 @@ def test_a_named_kind_of_document_stays_in_the_plan_whatever_the_llm_says(monkey
     out = _plan("q", lambda _p: json.dumps({"use_sql": True, "use_docs": False}), monkeypatch,
                 ph.Route("close", [], ["sql", "docs"], [], "close", ["docs"]))
     assert out["plan"]["backends"] == ["docs", "sql"]
+
+
+def test_without_the_llm_a_two_part_question_takes_each_parts_top_source(planner: BagOfWords) -> None:
+    """Parts that are not clear still each bring their top source: one source would lose a part."""
+    r = ph.route("deploys e plantão? E despesas pendentes por categoria e chamados?", SimpleNamespace())
+    tops = {m.ranked[0][0] for m in r.matches[1:]}
+    assert r.decision == "close" and len(tops) == 2, r.trace()
+    assert set(r.best) == tops and r.best == [n for n in BACKENDS if n in tops]
+
+
+def test_a_close_route_with_each_parts_best_plans_them_all_without_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    route = ph.Route("close", [], ["sql", "graph", "docs"], [], "close", [], ["sql", "graph"])
+    out = _plan("q", never, monkeypatch, route, llm_when_close=False)
+    assert out["plan"]["backends"] == ["sql", "graph"] and not out["turn"].get("errors")

@@ -12,7 +12,8 @@ backends:
   "INC-2047" → "id": a name shared with an example says nothing about what is asked), plus a small
   bonus per question word that only that backend's vocabulary uses;
 - the top backend beats the runner-up by `margin` → chosen, no LLM call; a question that asks two
-  things ("… ? E quanto …") is also matched part by part, each clear part adding its winner;
+  things ("… ? E quanto …") is also matched part by part, each clear part adding its winner (and,
+  when a part is close, each part's top source is the plan without the LLM: `Route.best`);
 - a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
   and the words the document titles share) reaches the documents;
 - nothing clear → `Route.decision` is "close" (the LLM chooses among the backends within the
@@ -316,11 +317,12 @@ class Route:
     matches: list[Match]
     reason: str
     required: list[str] = field(default_factory=list)  # in the plan whatever the LLM says (named documents)
+    best: list[str] = field(default_factory=list)  # a close case's plan without the LLM (default: the top candidate)
 
     def trace(self) -> dict[str, Any]:
         """The route as the turn trace shows it (`plan_match`)."""
         return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
-                "required": self.required, "matches": [m.trace() for m in self.matches]}
+                "required": self.required, "best": self.best, "matches": [m.trace() for m in self.matches]}
 
 
 def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m: Matching) -> list[tuple[str, float]]:
@@ -373,4 +375,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", docs)
     candidates = {n for x in matches for n in x.close} | set(docs)
     ordered = [n for n, _ in whole.ranked if n in candidates]
-    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs)
+    # without the LLM, a question that asks two things takes each part's top source: one source
+    # for a two-part question loses the other part's answer
+    tops = {x.ranked[0][0] for x in pieces if x.ranked and x.decision != "none"}
+    best = [n for n in names if n in tops | set(docs)] if len(tops) > 1 else []
+    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs, best)
