@@ -101,7 +101,7 @@ def _compiled() -> list[tuple[str, Category, list[re.Pattern[str]]]]:
 
 
 @lru_cache(maxsize=1)
-def _word_classes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str], tuple[str, ...]]:
+def _word_classes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str], tuple[str, ...], frozenset[str]]:
     w = _file().write_requests
     try:
         change = re.compile(r"^(?:" + "|".join(w.change_verbs) + r")$")
@@ -110,7 +110,8 @@ def _word_classes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str], t
         raise ValueError(f"{POLICIES_DIR / 'safety.yaml'}: field write_requests: {exc}") from exc
     openers = {fold(p) for table in (lexicons().request,) for ps in table.values() for p in ps}
     openers |= {fold(p) for p in w.clause_openers}
-    return change, create, frozenset(fold(s) for s in w.store_words), tuple(sorted(openers, key=len, reverse=True))
+    return (change, create, frozenset(fold(s) for s in w.store_words), tuple(sorted(openers, key=len, reverse=True)),
+            frozenset(fold(p) for p in w.read_phrasals))
 
 
 # ------------------------------------------------------------------------------ data vocabulary
@@ -228,8 +229,7 @@ def write_request(text: str, data: DataSource = None) -> tuple[WriteKind, str] |
     a factory: it is called only when some clause opens with a write verb (most messages do not,
     and reading the vocabulary costs a schema and reference scan the first time).
     """
-    change, create, store, openers = _word_classes()
-    phrasals = {fold(p) for p in _file().write_requests.read_phrasals}
+    change, create, store, openers, phrasals = _word_classes()
     found: tuple[WriteKind, str] | None = None
     for raw in _CLAUSE.split(text):
         words = _strip_openers(fold(raw).split(), openers)
