@@ -70,11 +70,14 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
     else:
         candidates = matched.candidates if matched is not None and matched.candidates else names
         required = matched.required if matched is not None else []
+        # without the LLM (or when it fails): each part's top source, else the best match; never
+        # every backend: a wrong extra source costs a query-writing call and puts unrelated rows
+        # in front of synthesis
+        best = [n for n in (matched.best if matched is not None else []) if n in candidates] or candidates[:1]
         if len(candidates) == 1:
             chosen, reason = candidates, "the only candidate"
         elif ask is None:
-            best = matched.best if matched is not None else []
-            chosen = [n for n in best if n in candidates] or candidates[:1]
+            chosen = best
             reason = "close: each part's best match (no LLM planner)" if len(chosen) > 1 else \
                 "close: the best match (no LLM planner)"
         else:
@@ -82,9 +85,7 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
                 chosen, reason = ask(candidates)
                 chosen = [n for n in chosen if n in candidates]
             except LLMError as exc:
-                # degrade to the best match, not to every backend: a wrong extra source costs a
-                # query-writing call and puts unrelated rows in front of synthesis
-                chosen, reason = candidates[:1], f"planner failed: {exc}"
+                chosen, reason = best, f"planner failed: {exc}"
                 errors.append(str(exc)[:200])
             if candidates[0] not in chosen:
                 # the 1.5B planner often names one source only, and not always the best match: the

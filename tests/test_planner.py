@@ -198,3 +198,68 @@ def test_a_close_route_with_each_parts_best_plans_them_all_without_a_call(monkey
     route = ph.Route("close", [], ["sql", "graph", "docs"], [], "close", [], ["sql", "graph"])
     out = _plan("q", never, monkeypatch, route, llm_when_close=False)
     assert out["plan"]["backends"] == ["sql", "graph"] and not out["turn"].get("errors")
+
+
+# ------------------------------------------------------------------------- content evidence
+
+def _with_offset(monkeypatch: pytest.MonkeyPatch, offset: float | None) -> None:
+    f = ph._file()
+    m = f.matching.model_copy(update={"evidence_offset": offset})
+    monkeypatch.setattr(ph, "_file", lambda: f.model_copy(update={"matching": m}))
+
+
+def test_passage_evidence_above_the_other_vocabularies_takes_the_documents(
+        planner: BagOfWords, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule stated in a passage, not in any heading: the vocabularies say sql, the passage wins."""
+    question = "quantas despesas pendentes por categoria"
+    assert ph.route(question, SimpleNamespace()).matches[0].ranked[0][0] == "sql"
+    asked: list[str] = []
+
+    def found(text: str, _s: Any) -> dict[str, float]:
+        asked.append(text)
+        return {"docs": 2.0}
+
+    monkeypatch.setattr(ph, "evidence", found)
+    _with_offset(monkeypatch, 0.01)
+    r = ph.route(question, SimpleNamespace())
+    assert r.matches[0].ranked[0] == ("docs", pytest.approx(1.99)) and "docs" in (r.chosen or r.best or r.candidates[:1])
+    assert asked == [question]
+
+
+def test_weak_passage_evidence_changes_nothing_and_no_offset_asks_for_none(
+        planner: BagOfWords, monkeypatch: pytest.MonkeyPatch) -> None:
+    question = "quantas despesas pendentes por categoria"
+    before = ph.route(question, SimpleNamespace())
+    monkeypatch.setattr(ph, "evidence", lambda _t, _s: {"docs": 0.0})
+    _with_offset(monkeypatch, 0.01)
+    assert ph.route(question, SimpleNamespace()).matches[0].ranked == before.matches[0].ranked
+
+    def never(_t: str, _s: Any) -> dict[str, float]:
+        raise AssertionError("evidence asked with the offset off")
+
+    monkeypatch.setattr(ph, "evidence", never)
+    _with_offset(monkeypatch, None)
+    assert ph.route(question, SimpleNamespace()).matches[0].ranked == before.matches[0].ranked
+
+
+def test_a_backend_whose_evidence_fails_gives_none() -> None:
+    assert ph.evidence("qual o prazo?", SimpleNamespace()) == {}  # no doc store: no evidence, no error
+
+
+def test_document_evidence_is_the_best_passage_of_the_real_store(novaops_services: Any) -> None:
+    """The docs hook on the ingested store and e5: a question a passage answers scores above one
+    about row counts, and the value is that passage's cosine."""
+    docs = BACKENDS["docs"]
+    question = "qual é o limite diário de refeição numa viagem nacional?"
+    rule = docs.evidence(novaops_services, question)
+    best = max(h.score for h in novaops_services.doc_store.search(question, 3))
+    assert rule == pytest.approx(best) and rule <= 1.0
+    for about_rows in ("sum of budget amounts per quarter", "list employee ids hired after a date"):
+        assert 0.0 < docs.evidence(novaops_services, about_rows) < rule - 0.02
+
+
+def test_a_failing_llm_on_a_two_part_question_takes_each_parts_top_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM's failure falls back exactly as the no-LLM path does (`Route.best`), not to one source."""
+    route = ph.Route("close", [], ["sql", "graph", "docs"], [], "close", [], ["sql", "graph"])
+    out = _plan("q", lambda _p: "not json", monkeypatch, route)
+    assert out["plan"]["backends"] == ["sql", "graph"] and out["turn"]["errors"]

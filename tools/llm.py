@@ -198,7 +198,9 @@ def _llamacpp(spec: BackendSpec, prof: ComponentProfile) -> BaseChatModel:
                               n_threads_batch=spec.n_threads_batch, n_batch=spec.n_batch, n_ubatch=spec.n_ubatch,
                               flash_attn=spec.flash_attn, use_mmap=spec.use_mmap, use_mlock=spec.use_mlock,
                               prefix_cache_mib=cache_mib, prefix_cache_dir=cache_dir,
-                              prefix_cache_disk_mib=spec.prefix_cache_disk_mib or 1024,
+                              # a folder named by the environment with the disk tier off gets the default budget
+                              prefix_cache_disk_mib=spec.prefix_cache_disk_mib
+                              or BackendSpec.model_fields["prefix_cache_disk_mib"].default,
                               temperature=prof.temperature, max_tokens=prof.max_tokens,
                               timeout_seconds=prof.timeout_seconds)
 

@@ -80,6 +80,19 @@ class DocsBackend:
         return list(texts)
 
 
+    def evidence(self, services: Services, text: str) -> float | None:
+        """How close the stored passages come to `text`: the best passage's cosine similarity.
+
+        Titles and headings say what the documents are about only coarsely; a question about a
+        rule that a section states without naming it in its heading matches the passage itself.
+        The planner weighs this against the other backends' vocabularies (`evidence_offset`).
+        """
+        store = services.doc_store
+        if store.count() == 0:
+            return None
+        return max((h.score for h in store.search(text, TOP_PASSAGES)), default=None)
+
+
 _HEADING = re.compile(r"^#{1,3}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 

@@ -64,6 +64,9 @@ class Matching(BaseModel):
     margin: float = Field(0.03, ge=0.0, le=0.5)
     floor: float = Field(0.80, ge=0.0, le=1.0)
     llm_when_close: bool = Field(False, description="ask the LLM planner in a close case (else: the best match)")
+    evidence_offset: float | None = Field(
+        None, ge=0.0, le=0.5,
+        description="a backend's score is at least its content evidence minus this (None: vocabulary only)")
 
 
 class PlannerFile(BaseModel):
@@ -325,8 +328,30 @@ class Route:
                 "required": self.required, "best": self.best, "matches": [m.trace() for m in self.matches]}
 
 
-def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m: Matching) -> list[tuple[str, float]]:
-    """Each backend's score: mean cosine of its `top_k` closest texts plus the exclusive-word bonus."""
+def evidence(text: str, services: Services) -> dict[str, float]:
+    """Each backend's `evidence(services, text)`: how close its own content comes to `text` (the
+    documents: the best passage). A backend without the hook, or whose store fails, gives none.
+    """
+    out: dict[str, float] = {}
+    for name, backend in BACKENDS.items():
+        hook: Callable[[Services, str], float | None] | None = getattr(backend, "evidence", None)
+        if hook is None:
+            continue
+        try:
+            value = hook(services, text)
+        except Exception as exc:  # noqa: BLE001 - no evidence narrows nothing: the vocabulary still scores
+            log.debug("planner: %s evidence unavailable: %s", name, exc)
+            continue
+        if value is not None:
+            out[name] = float(value)
+    return out
+
+
+def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m: Matching,
+            found: Mapping[str, float] | None = None) -> list[tuple[str, float]]:
+    """Each backend's score: mean cosine of its `top_k` closest texts plus the exclusive-word bonus,
+    or its content evidence less `evidence_offset` when that is higher.
+    """
     q = np.asarray(vector, dtype=np.float32)
     q = q / (np.linalg.norm(q) + 1e-12)
     cosines = index.index.matrix @ q
@@ -335,7 +360,10 @@ def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m:
     for name, start, end in zip(index.index.names, index.index.offsets.tolist(), ends, strict=True):
         top = np.sort(cosines[start:end])[::-1][: m.top_k]
         bonus = m.lexical_weight * min(3, sum(1 for w in words if index.exclusive.get(w) == name))
-        out.append((name, float(top.mean()) + bonus))
+        score = float(top.mean()) + bonus
+        if found and m.evidence_offset is not None and name in found:
+            score = max(score, found[name] - m.evidence_offset)
+        out.append((name, score))
     return sorted(out, key=lambda kv: -kv[1])
 
 
@@ -359,7 +387,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     matches: list[Match] = []
     for text in texts:
         vector = model.embed_query(index.masker.mask(text))
-        matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m), m))
+        found = evidence(text, services) if m.evidence_offset is not None else {}
+        matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m, found), m))
     names = list(index.index.names)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
     docs = ["docs"] if kinds and "docs" in names else []
