@@ -93,10 +93,12 @@ def test_a_malformed_model_names_the_file_and_the_field(tmp_path: Path) -> None:
     data = yaml.safe_load(MODEL.read_text(encoding="utf-8"))
     data["entities"]["expenses"]["measures"]["avg_amount_usd"]["column"] = "amount"  # not a dimension
     data["entities"]["expenses"]["joins"]["approver"]["entity"] = "staff"  # not an entity
+    data["entities"]["tickets"]["measures"]["count"]["drill_members"] = ["ticket_id", "owner"]  # not a dimension
     bad.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     with pytest.raises(PolicyError) as err:
         load_semantic_model(bad)
     assert "field entities.expenses.measures.avg_amount_usd.column: 'amount' is not a dimension" in str(err.value)
+    assert "field entities.tickets.measures.count.drill_members: 'owner' is not a dimension" in str(err.value)
     assert "field entities.expenses.joins.approver.entity: unknown entity 'staff'" in str(err.value)
 
 
@@ -314,7 +316,7 @@ def test_settle_drops_the_dimensions_the_question_did_not_ask_for(case: str, lay
     raw = layer.parse(filled)
     settled, dropped = layer.settle(raw, question)
     assert settled.dimensions == kept
-    assert len([d for d in dropped if not d.startswith("limit")]) == len(raw.dimensions) - len(kept)
+    assert len([d for d in dropped if not d.startswith(("limit", "order"))]) == len(raw.dimensions) - len(kept)
     expected = _rows(novaops, gold)
     assert expected, "a gold query with no rows proves nothing"
     ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
@@ -359,9 +361,143 @@ def test_settle_drops_a_filter_that_only_names_its_column(layer: SemanticLayer, 
     gold = _rows(novaops, "SELECT office_city, COUNT(*) FROM employees GROUP BY office_city")
     ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
     assert results_match(gold, ours, ordered=False, strict=True)
+    lead = {"dimensions": ["projects.name"], "filters": [{"field": "projects.lead_id", "op": "=", "value": "lidera"}]}
+    led, notes = layer.settle(layer.parse(lead), "Que projetos existem, e quem lidera cada um?")
+    assert led.filters == [] and notes  # the join's word for a key column ("lidera" for lead_id)
+    assert led.dimensions == ["projects.name", "lead.full_name"]  # … which the question asks to see
     real = {**filled, "filters": [{"field": "employees.office_city", "op": "=", "value": "Recife"}]}
     kept, _ = layer.settle(layer.parse(real), "How many people work in the Recife office?")
     assert kept.filters == [("employees.office_city", "=", "Recife")]
+
+
+def test_settle_orders_a_breakdown_largest_first(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """A count per group with no order named reads as a ranking; a named order or one total is left alone."""
+    filled = {"measures": ["employees.count"], "dimensions": ["employees.office_city"]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantas pessoas trabalham em cada cidade de escritório?")
+    assert settled.order[0] == ("employees.count", "desc") and any(n.startswith("order") for n in notes)
+    gold = _rows(novaops, "SELECT office_city, COUNT(*) AS n FROM employees GROUP BY office_city ORDER BY n DESC, "
+                          "office_city")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    assert results_match(gold, ours, ordered=True, strict=True)
+    asc = {**filled, "order": [{"field": "employees.count", "direction": "asc"}]}
+    assert layer.settle(layer.parse(asc), "which office has the fewest people, fewest first")[0].order == \
+        [("employees.count", "asc")]
+    total = {"measures": ["employees.count"]}
+    assert layer.settle(layer.parse(total), "how many people work here?")[0].order == []
+
+
+def test_settle_drops_a_filter_value_the_question_does_not_say(layer: SemanticLayer, tool: SQLTool,
+                                                                novaops: Path) -> None:
+    """ "… with their severity" filled with severity = 'SEV3' answers another question: the unsaid
+    value goes, and the list is the gold; the query as filled is not."""
+    filled = {"dimensions": ["incidents.incident_id", "incidents.severity"],
+              "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2025-11"},
+                          {"field": "incidents.severity", "op": "=", "value": "SEV3"}]}
+    question = "Quais incidentes foram abertos em novembro de 2025, com a severidade de cada um?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert [f for f, _, _ in settled.filters] == ["incidents.opened_at"] and any("does not say" in n for n in notes)
+    gold = _rows(novaops, "SELECT incident_id, severity FROM incidents WHERE opened_at >= '2025-11-01' "
+                          "AND opened_at < '2025-12-01'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+
+
+@pytest.mark.parametrize(("question", "field", "value", "heard"), [
+    ("incidentes SEV3 abertos em novembro de 2025", "incidents.severity", "SEV3", ()),
+    ("quanto foi gasto com passagens aereas aprovadas?", "expenses.category", "airfare", ()),  # a declared word
+    ("Who sits in the Portto office?", "employees.office_city", "Porto", ()),  # a one-letter typo
+    ("who works in the Porto office?", "employees.office_city", ["Porto", "Lisboa"], ()),  # one of two said
+    ("quantos chamados do ledger estão abertos?", "tickets.service_id", "ledger-service", ("ledger-service",)),
+    ("how many active tickets does the team have?", "tickets.status", ["open", "in_progress"], ()),  # a segment's
+])
+def test_settle_keeps_a_value_the_question_says(question: str, field: str, value: Any, heard: tuple[str, ...],
+                                                layer: SemanticLayer) -> None:
+    op = "in" if isinstance(value, list) else "="
+    q = layer.parse({"measures": ["employees.count"] if field.startswith("employees") else [],
+                     "dimensions": [] if field.startswith("employees") else [f"{field.split('.')[0]}.{field.split('.')[1]}"],
+                     "filters": [{"field": field, "op": op, "value": value}]})
+    settled, _ = layer.settle(q, question, heard=heard)
+    assert settled.filters == [(field, op, ["Porto"] if value == ["Porto", "Lisboa"] else value)]
+
+
+def test_settle_lists_the_rows_behind_a_count_the_question_does_not_ask_for(layer: SemanticLayer, tool: SQLTool,
+                                                                            novaops: Path) -> None:
+    """ "Which open tickets …?" filled as a count answers with a number nobody asked for: the count's
+    drill members list the rows (with the column the question bounds), which the gold list's columns
+    are among; the count as filled is not the list."""
+    question = "Which open tickets have not been updated since before 2026-03?"
+    filled = {"measures": ["tickets.count"], "dimensions": ["tickets.updated_at__month"],
+              "filters": [{"field": "tickets.status", "op": "=", "value": "open"},
+                          {"field": "tickets.updated_at", "op": "<", "value": "2026-03"}]}
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == [] and "tickets.ticket_id" in settled.dimensions and "tickets.updated_at" in \
+        settled.dimensions and any("no number" in n for n in notes)
+    gold = _rows(novaops, "SELECT ticket_id, updated_at FROM tickets WHERE status = 'open' AND updated_at < '2026-03-01'")
+    assert gold, "a gold query with no rows proves nothing"
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours) and not results_match(gold, unsettled)
+
+
+def test_settle_lists_what_the_model_chose_to_show_instead_of_a_count_per_row(layer: SemanticLayer, tool: SQLTool,
+                                                                              novaops: Path) -> None:
+    """ "Quais categorias …?" filled as a count per category: the categories, without the count."""
+    filled = {"measures": ["expenses.count"], "dimensions": ["expenses.category"],
+              "filters": [{"field": "expenses.status", "op": "=", "value": "rejected"}]}
+    settled, _ = layer.settle(layer.parse(filled), "Quais categorias de despesa tiveram pedidos rejeitados?")
+    assert settled.measures == [] and settled.dimensions == ["expenses.category"]
+    gold = _rows(novaops, "SELECT DISTINCT category FROM expenses WHERE status = 'rejected'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+
+
+@pytest.mark.parametrize("question", [
+    "Quantos chamados abertos não são atualizados desde antes de 2026-03?",  # a count word
+    "Which service has the most open tickets?",  # a superlative
+    "open tickets per month before 2026-03",  # a breakdown word
+])
+def test_settle_keeps_a_count_the_question_asks_for(question: str, layer: SemanticLayer) -> None:
+    filled = {"measures": ["tickets.count"], "dimensions": ["tickets.updated_at__month"],
+              "filters": [{"field": "tickets.status", "op": "=", "value": "open"},
+                          {"field": "tickets.updated_at", "op": "<", "value": "2026-03"}]}
+    assert layer.settle(layer.parse(filled), question)[0].measures == ["tickets.count"]
+
+
+def test_settle_orders_a_series_over_time_in_time_order(layer: SemanticLayer) -> None:
+    filled = {"measures": ["incidents.count"], "dimensions": ["incidents.opened_at__month"],
+              "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2025"}]}
+    settled, _ = layer.settle(layer.parse(filled), "incidentes por mês em 2025")
+    assert settled.order == [("incidents.opened_at__month", "asc")]
+
+
+def test_settle_turns_a_value_that_names_a_segment_into_the_segment(layer: SemanticLayer, tool: SQLTool,
+                                                                     novaops: Path) -> None:
+    """status = 'active' is no stored status; active tickets are a segment (open or in progress)."""
+    filled = {"measures": ["tickets.count"], "filters": [{"field": "tickets.status", "op": "=", "value": "active"}]}
+    settled, notes = layer.settle(layer.parse(filled), "how many active tickets are there?")
+    assert settled.filters == [] and settled.segments == ["tickets.active"] and notes
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress')")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True)
+    with pytest.raises(SemanticQueryError):
+        layer.compile(layer.parse(filled), stored_values(tool))  # as filled: not a stored value
+
+
+def test_a_key_filter_given_the_name_of_the_row_it_points_at_follows_the_join(layer: SemanticLayer, tool: SQLTool,
+                                                                              novaops: Path) -> None:
+    """employees.team_id = 'Pagamentos' names a team, not a key: the filter moves to team.name."""
+    team = _rows(novaops, "SELECT name FROM teams ORDER BY team_id LIMIT 1")[0][0]
+    q = layer.parse({"measures": ["employees.count"],
+                     "filters": [{"field": "employees.team_id", "op": "=", "value": team.upper()}]})
+    compiled = layer.compile(q, stored_values(tool))
+    assert compiled.query.filters == [("team.name", "=", team)]
+    gold = _rows(novaops, f"SELECT COUNT(*) FROM employees e JOIN teams t ON t.team_id = e.team_id WHERE t.name = '{team}'")
+    assert results_match(gold, [tuple(r.values()) for r in tool.query(compiled.sql)], strict=True)
+    with pytest.raises(SemanticQueryError, match="not a stored value"):
+        layer.compile(layer.parse({"measures": ["employees.count"], "filters": [
+            {"field": "employees.team_id", "op": "=", "value": "Nenhum Time Assim"}]}), stored_values(tool))
 
 
 def test_settle_keeps_one_field(layer: SemanticLayer) -> None:

@@ -41,6 +41,7 @@ from tools.semantic_model import (
     Aggregation,
     Catalog,
     ColumnKind,
+    Dimension,
     Entity,
     Join,
     SemanticModelSpec,
@@ -88,7 +89,9 @@ class QueryCues(BaseModel):
     singular_cues: dict[str, list[str]] = Field(default_factory=dict, description="question words before ONE thing")
     person_cues: dict[str, list[str]] = Field(default_factory=dict, description="who: one person")
     aggregation_cues: dict[Aggregation, list[str]] = Field(
-        default_factory=dict, description="an aggregation (avg, sum, min, max) -> the words that ask for it")
+        default_factory=dict, description="an aggregation (count, avg, sum, min, max) -> the words that ask for it")
+    breakdown_cues: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that ask for an aggregate per group (per, each, por)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -113,6 +116,7 @@ class FoldedCues:
     singular: frozenset[str]
     person: frozenset[str]
     aggregations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # agg -> folded words or phrases
+    breakdown: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=4)
@@ -125,7 +129,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
 
     return FoldedCues(words(f.grouping_cues), words(f.fillers), words(f.superlatives), words(f.singular_cues),
                       words(f.person_cues),
-                      {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()})
+                      {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()},
+                      words(f.breakdown_cues))
 
 
 class SemanticQueryError(ValueError):
@@ -596,7 +601,7 @@ class SemanticLayer:
 
     # ----------------------------------------------------------------------------- settle
 
-    def settle(self, q: QueryObject, question: str) -> tuple[QueryObject, list[str]]:
+    def settle(self, q: QueryObject, question: str, heard: Iterable[str] = ()) -> tuple[QueryObject, list[str]]:
         """Drop the dimensions a small model copies in but the question does not ask to see, and
         say which (for the trace). Why: "the total for team X in Q1" filled with the team, the date
         and the person as dimensions gives one row per person and day instead of one total.
@@ -608,15 +613,30 @@ class SemanticLayer:
           the column itself (its name or synonyms) or names its entity right after a grouping cue
           (`policies/query_cues.yaml`: "per team", "qual colaborador").
 
-        Order entries on a dropped dimension go too. A query keeps at least one field.
+        Order entries on a dropped dimension go too. A query keeps at least one field. A breakdown
+        (measures by dimensions) with no order is ordered by its first measure, largest first, or
+        in time order over a date grain; a lone count nobody asked for lists its rows (`_rows_behind`).
+
+        A text value the question does not say is dropped from its filter (the span rule, for query
+        slots): "incidents … with severity?" filled with severity = 'SEV1' answers another question.
+        Said means its words, or one of the model's words for that value, are in the question (a
+        one-letter typo allowed), or the database's value index found it there (`heard`). A value
+        that names one of the entity's segments ("status = 'active'") becomes that segment.
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
         filters = [flt for flt in q.filters if not self._column_word(*flt)]
         dropped: list[str] = [f"filter {f} = {v!r} (the word for the column, not a value)"
                               for f, o, v in q.filters if (f, o, v) not in filters]
-        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
-                        list(q.order), q.limit)
+        # a column the question names by its word is one it asks to see ("e quem lidera?")
+        shown = [self._shown_for(f) for f, o, v in q.filters if (f, o, v) not in filters]
+        filters, segments, named = self._segment_filters(filters, list(q.segments))
+        dropped += named
+        said = self._said_filters(filters, set(tokens), {fold(h) for h in heard} | self._segment_values(text))
+        dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
+                    if (f, o, v) not in said]
+        filters = said
+        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters, list(q.order), q.limit)
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
         filtered = {f for f, _, _ in q.filters}
@@ -629,6 +649,7 @@ class SemanticLayer:
                 gone.add(name)
             else:
                 kept.append(name)
+        kept += [d for d in dict.fromkeys(shown) if d not in kept and d in self.dimension_names]
         measures, swapped = self._asked_measures(q.measures, text)
         dropped += swapped
         renamed = dict(zip(q.measures, measures, strict=True))
@@ -637,10 +658,98 @@ class SemanticLayer:
         if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
+        listed = self._rows_behind(measures, kept, order, tokens, text, q.filters)
+        if listed:
+            try:  # the rows must still be reachable from one entity, or the count stays
+                self.plan(QueryObject(q.expressible, [], listed, list(q.segments), list(q.filters), [], None))
+            except SemanticQueryError:
+                listed = []
+        if listed:
+            dropped.append(f"{measures[0]} (the question asks for no number: the rows, {', '.join(listed)})")
+            measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
+        if measures and kept and not order:
+            # a breakdown that names no order reads largest first (then by its groups, so ties are
+            # stable): "how many per office" is answered as a ranking, and a short answer that
+            # names only some rows names the largest; a series over time reads in time order
+            grains = [d for d in kept if GRAIN_SEP in d]
+            order = [(d, "asc") for d in grains] if grains else [(measures[0], "desc"), *((d, "asc") for d in kept)]
+            dropped.append(f"order {order[0][0]} {order[0][1]} (a breakdown reads "
+                           f"{'in time order' if grains else 'largest first'})")
         if not dropped:
             return q, []
         out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
+
+    def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
+                      ) -> list[tuple[str, str, Any]]:
+        """The filters with their unsaid text values left out (see `settle`); other kinds as they are."""
+        out: list[tuple[str, str, Any]] = []
+        for name, op, value in filters:
+            prefix, _, member = name.partition(".")
+            entity = self._entity_of(prefix)
+            dim = self.spec.entities[entity].dimensions.get(member) if entity is not None else None
+            if dim is None or op not in ("=", "!=", "in", "not_in") or self.kind(entity or "", member) != "string":
+                out.append((name, op, value))
+                continue
+            values = value if isinstance(value, list) else [value]
+            kept = [v for v in values if not isinstance(v, str) or self._said(dim, v, words, heard)]
+            if kept:
+                out.append((name, op, kept if isinstance(value, list) else kept[0]))
+        return out
+
+    def _segment_filters(self, filters: list[tuple[str, str, Any]], segments: list[str]
+                         ) -> tuple[list[tuple[str, str, Any]], list[str], list[str]]:
+        """An `=` filter whose value is not one of its column's declared values but names a segment
+        of the entity ("status = 'active'" where active tickets are a segment) becomes that segment.
+        """
+        out: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for name, op, value in filters:
+            prefix, _, member = name.partition(".")
+            entity = self._entity_of(prefix)
+            ent = self.spec.entities[entity] if entity is not None else None
+            dim = ent.dimensions.get(member) if ent is not None else None
+            key = fold(value) if isinstance(value, str) else None
+            if ent is None or dim is None or not dim.values or op != "=" or key is None or \
+                    key in {fold(w) for stored, syns in dim.values.items() for w in [stored, *syns]}:
+                out.append((name, op, value))
+                continue
+            seg = next((sname for sname, sg in ent.segments.items()
+                        if key in {fold(sname.replace("_", " ")), fold(sname), *map(fold, sg.synonyms)}), None)
+            if seg is None or prefix != entity:
+                out.append((name, op, value))
+                continue
+            segments = [*segments, f"{entity}.{seg}"] if f"{entity}.{seg}" not in segments else segments
+            notes.append(f"filter {name} = {value!r} (names the segment {entity}.{seg})")
+        return out, segments, notes
+
+    def _segment_values(self, text: str) -> set[str]:
+        """The values of the segments the question names ("chamados ativos" says open and in progress)."""
+        out: set[str] = set()
+        for ent in self.spec.entities.values():
+            for sname, seg in ent.segments.items():
+                if any(f" {fold(w)} " in text for w in [sname.replace("_", " "), *seg.synonyms]):
+                    for cond in seg.where:
+                        values = cond.value if isinstance(cond.value, list) else [cond.value]
+                        out |= {fold(str(v)) for v in values}
+        return out
+
+    @staticmethod
+    def _said(dim: Dimension, value: str, words: set[str], heard: set[str]) -> bool:
+        key = fold(value)
+        if key in heard:
+            return True
+        forms = [key]
+        for stored, syns in dim.values.items():
+            if key in {fold(stored), *map(fold, syns)}:
+                forms += [fold(stored), *map(fold, syns)]
+
+        def word_said(w: str) -> bool:
+            if w in words or any(x in words for x in (w + "s", w + "es", w[:-1])):
+                return True
+            return len(w) >= 5 and bool(difflib.get_close_matches(w, words, n=1, cutoff=0.85))
+
+        return any(all(word_said(w) for w in re.findall(r"[^\W_]+", form)) for form in forms if form)
 
     def _column_word(self, name: str, op: str, value: Any) -> bool:
         """Whether an `=` filter's value is only a word for its own column ("cada escritório" filled
@@ -653,8 +762,28 @@ class SemanticLayer:
             return False
         key = fold(value).strip()
         declared = {fold(v) for stored, syns in dim.values.items() for v in [stored, *syns]}
-        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms]}
+        # a key column is also named by the join that follows it ("quem lidera" for lead_id)
+        joined = [w for role, j in self.spec.entities[entity].joins.items() if j.column == (dim.column or member)
+                  for w in [role, *j.synonyms]] if entity is not None else []
+        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined]}
         return key not in declared and any(key in (w, w + "s", w + "es") for w in words)
+
+    def _shown_for(self, name: str) -> str:
+        """The dimension that shows a column: for a key column, the label of the row its join points
+        at (the first drill member of the target's count: lead_id → lead.full_name), else itself.
+        """
+        entity, _, member = name.partition(".")
+        ent = self.spec.entities.get(entity)
+        dim = ent.dimensions.get(member) if ent is not None else None
+        if ent is None or dim is None:
+            return name
+        for role, join in ent.joins.items():
+            if join.column == (dim.column or member):
+                count = next((m for m in self.spec.entities[join.entity].measures.values()
+                              if m.agg == "count" and m.drill_members), None)
+                if count is not None:
+                    return f"{role}.{count.drill_members[0]}"
+        return name
 
     def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
         """The measures with an aggregation the question names swapped in: "avg amount" filled as
@@ -663,7 +792,7 @@ class SemanticLayer:
         measure's own is not named; a count, or a measure with no sibling, is left as it is.
         """
         cues = folded_cues().aggregations
-        named = {agg for agg, words in cues.items() if any(f" {w} " in text for w in words)}
+        named = {agg for agg, words in cues.items() if agg != "count" and any(f" {w} " in text for w in words)}
         if len(named) != 1:
             return list(measures), []
         (want,) = named
@@ -715,6 +844,33 @@ class SemanticLayer:
         if any(_after_cue(tokens, w) for w in [*self._entity_words(prefix), *role_words]):
             return ""
         return "not asked for"
+
+    def _rows_behind(self, measures: list[str], kept: list[str], order: list[tuple[str, str]], tokens: list[str],
+                     text: str, filters: list[tuple[str, str, Any]]) -> list[str]:
+        """The dimensions that list the rows behind a lone count the question does not ask for
+        ("Which open tickets …?", "Quais serviços são tier 2?" filled as a count): the dimensions
+        the model chose to show, else the count's `drill_members` and the columns the question
+        bounds by a range or a period ("not touched since March", "joined in 2025"). [] when the
+        question asks for a number or a ranking: an aggregation or count word, a superlative, a
+        breakdown word ("per", "cada"), or an order on the count.
+        """
+        if len(measures) != 1 or any(f in self.measure_names for f, _ in order):
+            return []
+        entity, _, member = measures[0].partition(".")
+        ent = self.spec.entities.get(entity)
+        m = ent.measures.get(member) if ent is not None else None
+        if m is None or m.agg != "count" or not m.drill_members:
+            return []
+        cues = folded_cues()
+        if (cues.superlatives | cues.breakdown) & set(tokens) or \
+                any(f" {w} " in text for words in cues.aggregations.values() for w in words):
+            return []
+        shown = [d for d in kept if GRAIN_SEP not in d]
+        if shown:  # the model chose what to show; a count per row of it is 1
+            return shown
+        ranged = [f for f, op, _ in filters if f.startswith(f"{entity}.") and f not in self.measure_names and (
+            op in ("<", "<=", ">", ">=", "between") or self.kind(entity, f.split(".", 1)[1]) in ("date", "timestamp"))]
+        return list(dict.fromkeys([*(f"{entity}.{d}" for d in m.drill_members), *ranged]))
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
         """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
@@ -772,7 +928,10 @@ class SemanticLayer:
                     raise SemanticQueryError(f"{name}: the values {values} live in different columns")
                 new_name = fields.pop()
                 if new_name != name:
-                    plan.refs[new_name] = Ref(ref.path, ref.entity, new_name.rsplit(".", 1)[1])
+                    role, _, member = new_name.partition(".")
+                    join = self.spec.entities[ref.entity].joins.get(role)
+                    plan.refs[new_name] = Ref((*ref.path, (ref.entity, role)), join.entity, member) \
+                        if join is not None and role != name.split(".", 1)[0] else Ref(ref.path, ref.entity, member)
                 vals = [v for _, v in linked]
                 out.append((new_name, op, vals if isinstance(value, list) else vals[0]))
         q.filters = out
@@ -803,6 +962,17 @@ class SemanticLayer:
             other_hit = _match_value(value, other_known, d.values, loose=False)
             if other_hit is not None:
                 return f"{prefix}.{other}", other_hit
+        for role, join in ent.joins.items():  # a key column given the name of the row it points at
+            if join.column != (ent.dimensions[ref.member].column or ref.member):
+                continue
+            target = self.spec.entities[join.entity]
+            for other, d in target.dimensions.items():
+                if d.expr or self.kind(join.entity, other) != "string":
+                    continue
+                other_known, _ = self._known_values(join.entity, other, stored)
+                other_hit = _match_value(value, other_known, d.values, loose=False)
+                if other_hit is not None:
+                    return f"{role}.{other}", other_hit
         if closed:
             shown = ", ".join(repr(v) for v in known[:20])
             raise SemanticQueryError(f"{name}: {value!r} is not a stored value; stored values: {shown}")
@@ -1376,7 +1546,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
-        q, run.settled = layer.settle(q, question)
+        q, run.settled = layer.settle(q, question, heard=[v for _, _, v in hits])
         run.query_object = q.as_json()
         if not q.expressible:
             run.reason = "the model says the semantic layer cannot express this question"

@@ -90,6 +90,9 @@ class Measure(_Strict):
     description: str = ""
     unit: str | None = None
     synonyms: list[str] = Field(default_factory=list)
+    drill_members: list[str] = Field(
+        default_factory=list,
+        description="dimensions of the entity that show the rows behind a count (a list question filled as a count)")
 
 
 class Condition(_Strict):
@@ -204,6 +207,8 @@ def check_spec(spec: SemanticModelSpec) -> list[str]:
                 problems.append(f"{mat}.column: a {meas.agg} measure needs the dimension it aggregates")
             if meas.column and meas.column not in ent.dimensions:
                 problems.append(f"{mat}.column: {meas.column!r} is not a dimension of {ename}")
+            problems.extend(f"{mat}.drill_members: {d!r} is not a dimension of {ename}"
+                            for d in meas.drill_members if d not in ent.dimensions)
         for sname, seg in ent.segments.items():
             for i, cond in enumerate(seg.where):
                 problems.extend(f"{at}.segments.{sname}.where.{i}.{p}" for p in _check_condition(cond, ent, ename))
