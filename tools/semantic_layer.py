@@ -685,12 +685,11 @@ class SemanticLayer:
         """The filters with their unsaid text values left out (see `settle`); other kinds as they are."""
         out: list[tuple[str, str, Any]] = []
         for name, op, value in filters:
-            prefix, _, member = name.partition(".")
-            entity = self._entity_of(prefix)
-            dim = self.spec.entities[entity].dimensions.get(member) if entity is not None else None
-            if dim is None or op not in ("=", "!=", "in", "not_in") or self.kind(entity or "", member) != "string":
+            found = self._dimension(name)
+            if found is None or op not in ("=", "!=", "in", "not_in") or self.kind(found[1], found[2]) != "string":
                 out.append((name, op, value))
                 continue
+            dim = found[3]
             values = value if isinstance(value, list) else [value]
             kept = [v for v in values if not isinstance(v, str) or self._said(dim, v, words, heard)]
             if kept:
@@ -705,16 +704,13 @@ class SemanticLayer:
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []
         for name, op, value in filters:
-            prefix, _, member = name.partition(".")
-            entity = self._entity_of(prefix)
-            ent = self.spec.entities[entity] if entity is not None else None
-            dim = ent.dimensions.get(member) if ent is not None else None
+            found = self._dimension(name)
             key = fold(value) if isinstance(value, str) else None
-            if ent is None or dim is None or not dim.values or op != "=" or key is None or \
-                    key in {fold(w) for stored, syns in dim.values.items() for w in [stored, *syns]}:
+            if found is None or not found[3].values or op != "=" or key is None or key in _declared_words(found[3]):
                 out.append((name, op, value))
                 continue
-            seg = next((sname for sname, sg in ent.segments.items()
+            prefix, entity = found[0], found[1]
+            seg = next((sname for sname, sg in self.spec.entities[entity].segments.items()
                         if key in {fold(sname.replace("_", " ")), fold(sname), *map(fold, sg.synonyms)}), None)
             if seg is None or prefix != entity:
                 out.append((name, op, value))
@@ -755,18 +751,30 @@ class SemanticLayer:
         """Whether an `=` filter's value is only a word for its own column ("cada escritório" filled
         as office_city = 'escritório'), and not one of the column's declared values.
         """
+        found = self._dimension(name)
+        if op != "=" or not isinstance(value, str) or found is None:
+            return False
+        _, entity, member, dim = found
+        key = fold(value).strip()
+        # a key column is also named by the join that follows it ("quem lidera" for lead_id)
+        joined = [w for role, j in self._joins_on(entity, member) for w in [role, *j.synonyms]]
+        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined]}
+        return key not in _declared_words(dim) and any(key in (w, w + "s", w + "es") for w in words)
+
+    def _dimension(self, name: str) -> tuple[str, str, str, Dimension] | None:
+        """(prefix, entity, member, dimension) of a dimension name, the prefix an entity or a join
+        role; None for a measure, a grain or an unknown name.
+        """
         prefix, _, member = name.partition(".")
         entity = self._entity_of(prefix)
         dim = self.spec.entities[entity].dimensions.get(member) if entity is not None else None
-        if op != "=" or not isinstance(value, str) or dim is None:
-            return False
-        key = fold(value).strip()
-        declared = {fold(v) for stored, syns in dim.values.items() for v in [stored, *syns]}
-        # a key column is also named by the join that follows it ("quem lidera" for lead_id)
-        joined = [w for role, j in self.spec.entities[entity].joins.items() if j.column == (dim.column or member)
-                  for w in [role, *j.synonyms]] if entity is not None else []
-        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined]}
-        return key not in declared and any(key in (w, w + "s", w + "es") for w in words)
+        return None if entity is None or dim is None else (prefix, entity, member, dim)
+
+    def _joins_on(self, entity: str, member: str) -> list[tuple[str, Join]]:
+        """The joins of `entity` that follow the column of its dimension `member` (lead_id → lead)."""
+        ent = self.spec.entities[entity]
+        column = ent.dimensions[member].column or member
+        return [(role, j) for role, j in ent.joins.items() if j.column == column]
 
     def _shown_for(self, name: str) -> str:
         """The dimension that shows a column: for a key column, the label of the row its join points
@@ -774,15 +782,13 @@ class SemanticLayer:
         """
         entity, _, member = name.partition(".")
         ent = self.spec.entities.get(entity)
-        dim = ent.dimensions.get(member) if ent is not None else None
-        if ent is None or dim is None:
+        if ent is None or member not in ent.dimensions:
             return name
-        for role, join in ent.joins.items():
-            if join.column == (dim.column or member):
-                count = next((m for m in self.spec.entities[join.entity].measures.values()
-                              if m.agg == "count" and m.drill_members), None)
-                if count is not None:
-                    return f"{role}.{count.drill_members[0]}"
+        for role, join in self._joins_on(entity, member):
+            count = next((m for m in self.spec.entities[join.entity].measures.values()
+                          if m.agg == "count" and m.drill_members), None)
+            if count is not None:
+                return f"{role}.{count.drill_members[0]}"
         return name
 
     def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
@@ -962,9 +968,7 @@ class SemanticLayer:
             other_hit = _match_value(value, other_known, d.values, loose=False)
             if other_hit is not None:
                 return f"{prefix}.{other}", other_hit
-        for role, join in ent.joins.items():  # a key column given the name of the row it points at
-            if join.column != (ent.dimensions[ref.member].column or ref.member):
-                continue
+        for role, join in self._joins_on(ref.entity, ref.member):  # a key column given the name of a row it points at
             target = self.spec.entities[join.entity]
             for other, d in target.dimensions.items():
                 if d.expr or self.kind(join.entity, other) != "string":
@@ -1301,6 +1305,11 @@ def _after_cue(tokens: list[str], words: str) -> bool:
         if len(before) == 2 and before[-1] in cues.fillers and before[0] in cues.grouping:
             return True
     return False
+
+
+def _declared_words(dim: Dimension) -> set[str]:
+    """A dimension's declared values and their synonyms, folded."""
+    return {fold(w) for stored, syns in dim.values.items() for w in [stored, *syns]}
 
 
 def _has(text: str, words: str) -> bool:

@@ -87,10 +87,13 @@ class DocsBackend:
         rule that a section states without naming it in its heading matches the passage itself.
         The planner weighs this against the other backends' vocabularies (`evidence_offset`).
         """
-        store = services.doc_store
-        if store.count() == 0:
+        from tools.doc_store import DocStoreUnavailable
+
+        try:  # the search refuses an empty or missing store itself: no separate count
+            hits = services.doc_store.search(text, TOP_PASSAGES)
+        except DocStoreUnavailable:
             return None
-        return max((h.score for h in store.search(text, TOP_PASSAGES)), default=None)
+        return max((h.score for h in hits), default=None)
 
 
 _HEADING = re.compile(r"^#{1,3}\s+(.+?)\s*#*\s*$", re.MULTILINE)
