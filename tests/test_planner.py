@@ -263,3 +263,28 @@ def test_a_failing_llm_on_a_two_part_question_takes_each_parts_top_source(monkey
     route = ph.Route("close", [], ["sql", "graph", "docs"], [], "close", [], ["sql", "graph"])
     out = _plan("q", lambda _p: "not json", monkeypatch, route)
     assert out["plan"]["backends"] == ["sql", "graph"] and out["turn"]["errors"]
+
+
+def test_a_backend_offset_moves_only_that_backends_score(planner: BagOfWords, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration offset is added to one backend's score, after its evidence, and to no other."""
+    question = "quantas despesas pendentes por categoria"
+    f = ph._file()
+    plain = f.matching.model_copy(update={"offsets": {}})
+    monkeypatch.setattr(ph, "_file", lambda: f.model_copy(update={"matching": plain}))
+    before = dict(ph.route(question, SimpleNamespace()).matches[0].ranked)
+    top = max(before, key=before.__getitem__)
+    shifted = f.matching.model_copy(update={"offsets": {top: -0.5}})
+    monkeypatch.setattr(ph, "_file", lambda: f.model_copy(update={"matching": shifted}))
+    after = ph.route(question, SimpleNamespace()).matches[0]
+    assert dict(after.ranked)[top] == pytest.approx(before[top] - 0.5)
+    assert all(dict(after.ranked)[n] == pytest.approx(s) for n, s in before.items() if n != top)
+    assert after.ranked[0][0] != top
+
+
+def test_the_planner_file_rejects_an_offset_that_is_not_a_number(tmp_path: Any) -> None:
+    from tramita.base.policyfile import PolicyError, load_model
+
+    bad = tmp_path / "planner.yaml"
+    bad.write_text("descriptions: {}\nmatching: {offsets: {api: lots}}\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"planner\.yaml: field matching\.offsets\.api"):
+        load_model(bad, ph.PlannerFile)

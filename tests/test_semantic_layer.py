@@ -403,6 +403,70 @@ def test_settle_drops_a_filter_value_the_question_does_not_say(layer: SemanticLa
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
+def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """A question with no time in it, filled with "today" as the expense date, answers about one day:
+    the period goes, and the total is the gold; the query as filled is not."""
+    filled = {"measures": ["expenses.sum_amount_usd"],
+              "filters": [{"field": "expenses.category", "op": "=", "value": "hardware"},
+                          {"field": "expenses.status", "op": "=", "value": "approved"},
+                          {"field": "expenses.expense_date", "op": "=", "value": "2026-03-02"}]}
+    question = "Qual o total das despesas de hardware que foram aprovadas?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert [f for f, _, _ in settled.filters] == ["expenses.category", "expenses.status"]
+    assert any("names no period" in n for n in notes)
+    gold = _rows(novaops, "SELECT SUM(amount_usd) FROM expenses WHERE category = 'hardware' AND status = 'approved'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+    by_id = {"dimensions": ["expenses.expense_id", "expenses.status"],
+             "filters": [{"field": "expenses.expense_id", "op": "=", "value": "EXP-2026"},
+                         {"field": "expenses.expense_date", "op": ">=", "value": "2026-01-01"}]}
+    kept, _ = layer.settle(layer.parse(by_id), "qual o status da despesa EXP-2026?", heard=("EXP-2026",))
+    assert [f for f, _, _ in kept.filters] == ["expenses.expense_id"]  # the number in an id is not a year
+
+
+@pytest.mark.parametrize(("question", "op", "value"), [
+    ("quanto foi gasto em hardware em 2025?", "=", "2025"),
+    ("hardware spend since March", ">=", "2026-03"),
+    ("gastos de hardware na semana 2026-W10", "=", "2026-W10"),
+    ("despesas de hardware do último mês", "=", "2026-04"),
+    ("hardware expenses filed before 15/03", "<", "2026-03-15"),
+    ("despesas de hardware por mês", ">=", "2026-01"),  # a grain word
+    ("hardware expenses in april 2026", "=", "2026-04"),
+    ("quais despesas de hardware estão sem registro?", "is_null", None),  # no period: a null check stays
+])
+def test_settle_keeps_a_period_when_the_question_places_itself_in_time(question: str, op: str, value: Any,
+                                                                       layer: SemanticLayer) -> None:
+    flt = {"field": "expenses.expense_date", "op": op, "value": value}
+    q = layer.parse({"measures": ["expenses.sum_amount_usd"], "filters": [flt]})
+    settled, _ = layer.settle(q, question)
+    assert [f for f, _, _ in settled.filters] == ["expenses.expense_date"]
+
+
+def test_settle_takes_the_column_the_question_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "tempo médio de reconhecimento" filled as the average time to resolve is another number:
+    the measure over the named column replaces it, and gives the gold."""
+    filled = {"measures": ["incidents.avg_minutes_to_resolve"],
+              "filters": [{"field": "incidents.severity", "op": "=", "value": "SEV1"}]}
+    question = "Qual o tempo médio de reconhecimento dos incidentes SEV1?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == ["incidents.avg_minutes_to_ack"] and any("names minutes_to_ack" in n for n in notes)
+    gold = _rows(novaops, "SELECT AVG(minutes_to_ack) FROM incidents WHERE severity = 'SEV1'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+
+
+@pytest.mark.parametrize("question", [
+    "Qual o tempo médio de resolução dos incidentes SEV1?",  # its own column is said
+    "tempo de reconhecimento e tempo de resolução médios dos SEV1",  # both are said
+    "qual a média dos incidentes SEV1?",  # no column is said
+])
+def test_settle_keeps_the_measure_unless_only_another_column_is_named(question: str, layer: SemanticLayer) -> None:
+    q = layer.parse({"measures": ["incidents.avg_minutes_to_resolve"]})
+    assert layer.settle(q, question)[0].measures == ["incidents.avg_minutes_to_resolve"]
+
+
 @pytest.mark.parametrize(("question", "field", "value", "heard"), [
     ("incidentes SEV3 abertos em novembro de 2025", "incidents.severity", "SEV3", ()),
     ("quanto foi gasto com passagens aereas aprovadas?", "expenses.category", "airfare", ()),  # a declared word

@@ -92,6 +92,8 @@ class QueryCues(BaseModel):
         default_factory=dict, description="an aggregation (count, avg, sum, min, max) -> the words that ask for it")
     breakdown_cues: dict[str, list[str]] = Field(
         default_factory=dict, description="words that ask for an aggregate per group (per, each, por)")
+    time_cues: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that bound or place a question in time (since, hoje, last)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -117,6 +119,7 @@ class FoldedCues:
     person: frozenset[str]
     aggregations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # agg -> folded words or phrases
     breakdown: frozenset[str] = frozenset()
+    time: frozenset[str] = frozenset()  # time cues, grain words and month names
 
 
 @lru_cache(maxsize=4)
@@ -130,7 +133,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
     return FoldedCues(words(f.grouping_cues), words(f.fillers), words(f.superlatives), words(f.singular_cues),
                       words(f.person_cues),
                       {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()},
-                      words(f.breakdown_cues))
+                      words(f.breakdown_cues),
+                      words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(_MONTHS))
 
 
 class SemanticQueryError(ValueError):
@@ -621,7 +625,9 @@ class SemanticLayer:
         slots): "incidents … with severity?" filled with severity = 'SEV1' answers another question.
         Said means its words, or one of the model's words for that value, are in the question (a
         one-letter typo allowed), or the database's value index found it there (`heard`). A value
-        that names one of the entity's segments ("status = 'active'") becomes that segment.
+        that names one of the entity's segments ("status = 'active'") becomes that segment. A
+        filter on a date column goes when the question names no time at all (`_names_time`): the
+        small model fills "today" into questions that never ask about a day.
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
@@ -636,6 +642,11 @@ class SemanticLayer:
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
         filters = said
+        if not _names_time(question, tokens):
+            # a period the question never states is the model's ("today", by default), not the user's
+            timed = [(f, o, v) for f, o, v in filters if o not in ("is_null", "not_null") and self._dated(f)]
+            dropped += [f"filter {f} {o} {v!r} (the question names no period)" for f, o, v in timed]
+            filters = [flt for flt in filters if flt not in timed]
         q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters, list(q.order), q.limit)
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
@@ -695,6 +706,10 @@ class SemanticLayer:
             if kept:
                 out.append((name, op, kept if isinstance(value, list) else kept[0]))
         return out
+
+    def _dated(self, name: str) -> bool:
+        found = self._dimension(name)
+        return found is not None and self.kind(found[1], found[2]) in ("date", "timestamp")
 
     def _segment_filters(self, filters: list[tuple[str, str, Any]], segments: list[str]
                          ) -> tuple[list[tuple[str, str, Any]], list[str], list[str]]:
@@ -792,18 +807,19 @@ class SemanticLayer:
         return name
 
     def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
-        """The measures with an aggregation the question names swapped in: "avg amount" filled as
-        the sum of the amount becomes the average of the same column, when the entity declares it.
+        """The measures with the column (`_named_columns`) and the aggregation the question names
+        swapped in: "avg amount" filled as the sum of the amount becomes the average of the same
+        column, when the entity declares it.
         Only when the question names exactly one aggregation (`aggregation_cues`) and the chosen
         measure's own is not named; a count, or a measure with no sibling, is left as it is.
         """
+        measures, notes = self._named_columns(measures, text)
         cues = folded_cues().aggregations
         named = {agg for agg, words in cues.items() if agg != "count" and any(f" {w} " in text for w in words)}
         if len(named) != 1:
-            return list(measures), []
+            return list(measures), notes
         (want,) = named
         out: list[str] = []
-        notes: list[str] = []
         for name in measures:
             entity, _, member = name.partition(".")
             ent = self.spec.entities.get(entity)
@@ -815,6 +831,44 @@ class SemanticLayer:
             if sibling:
                 notes.append(f"{name} (the question asks for {want}: {entity}.{sibling})")
         return out, notes
+
+    def _named_columns(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
+        """The measures with the column the question names swapped in: "average time to acknowledge"
+        filled as the average time to resolve becomes the average of the column whose declared
+        words the question says. Only when the chosen column's words are not said and exactly one
+        other column of the entity with a measure of the same aggregation is.
+        """
+        out: list[str] = []
+        notes: list[str] = []
+        for name in measures:
+            entity, _, member = name.partition(".")
+            ent = self.spec.entities.get(entity)
+            m = ent.measures.get(member) if ent is not None else None
+            if ent is None or m is None or not m.column or self._column_said(entity, member, text):
+                out.append(name)
+                continue
+            said = {n for n, o in ent.measures.items()
+                    if o.agg == m.agg and o.column and o.column != m.column and self._column_said(entity, n, text)}
+            columns = {ent.measures[n].column for n in said}
+            if len(columns) == 1 and len(said) == 1:
+                (other,) = said
+                out.append(f"{entity}.{other}")
+                notes.append(f"{name} (the question names {columns.pop()}: {entity}.{other})")
+            else:
+                out.append(name)
+        return out, notes
+
+    def _column_said(self, entity: str, measure: str, text: str) -> bool:
+        """Whether `text` says one of the phrases declared for the measure or its column, whole or
+        as all of its content words (other words may come between).
+        """
+        m = self.spec.entities[entity].measures[measure]
+        dim = self.spec.entities[entity].dimensions.get(m.column or "")
+        for phrase in [*m.synonyms, *(dim.synonyms if dim is not None else [])]:
+            content = [w for w in fold(phrase).split() if len(w) > 3]  # "tempo (médio) de reconhecimento"
+            if _has(text, phrase) or (content and all(_has(text, w) for w in content)):
+                return True
+        return False
 
     def _entity_of(self, prefix: str) -> str | None:
         """The entity a name's prefix stands for: itself, or the target of a join role."""
@@ -1305,6 +1359,18 @@ def _after_cue(tokens: list[str], words: str) -> bool:
         if len(before) == 2 and before[-1] in cues.fillers and before[0] in cues.grouping:
             return True
     return False
+
+
+_YEARISH = re.compile(r"(?<![\w-])(?:19|20)\d\d(?:-(?:[wqh]\d{1,2}|\d{2}(?:-\d{2})?))?(?![\w-])"
+                      r"|(?<![\w/-])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])")
+
+
+def _names_time(question: str, tokens: list[str]) -> bool:
+    """Whether the question places itself in time at all: a year, an ISO week, quarter or date, a
+    day/month date, a month name, a grain word or a time cue (`policies/query_cues.yaml`). The
+    numbers inside ids (INC-2055) are not years.
+    """
+    return bool(folded_cues().time & set(tokens)) or bool(_YEARISH.search(fold(question)))
 
 
 def _declared_words(dim: Dimension) -> set[str]:

@@ -67,6 +67,10 @@ class Matching(BaseModel):
     evidence_offset: float | None = Field(
         None, ge=0.0, le=0.5,
         description="a backend's score is at least its content evidence minus this (None: vocabulary only)")
+    offsets: dict[str, float] = Field(
+        default_factory=dict,
+        description="backend -> a constant added to its score: a calibration for vocabularies whose texts are "
+                    "shaped unlike questions (titles) or like every question (API examples)")
 
 
 class PlannerFile(BaseModel):
@@ -82,10 +86,11 @@ class PlannerFile(BaseModel):
 @lru_cache(maxsize=1)
 def _file() -> PlannerFile:
     f: PlannerFile = load_model(POLICIES_DIR / "planner.yaml", PlannerFile)
-    unknown = set(f.descriptions) - set(BACKENDS)
-    if unknown:
-        raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field descriptions: unknown backends {sorted(unknown)}; "
-                         f"known: {sorted(BACKENDS)}")
+    for name, given in (("descriptions", f.descriptions), ("matching.offsets", f.matching.offsets)):
+        unknown = set(given) - set(BACKENDS)
+        if unknown:
+            raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field {name}: unknown backends {sorted(unknown)}; "
+                             f"known: {sorted(BACKENDS)}")
     return f
 
 
@@ -363,7 +368,7 @@ def _scores(index: VocabularyIndex, vector: Sequence[float], words: set[str], m:
         score = float(top.mean()) + bonus
         if found and m.evidence_offset is not None and name in found:
             score = max(score, found[name] - m.evidence_offset)
-        out.append((name, score))
+        out.append((name, score + m.offsets.get(name, 0.0)))
     return sorted(out, key=lambda kv: -kv[1])
 
 
