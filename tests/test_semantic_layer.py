@@ -467,6 +467,54 @@ def test_settle_keeps_the_measure_unless_only_another_column_is_named(question: 
     assert layer.settle(q, question)[0].measures == ["incidents.avg_minutes_to_resolve"]
 
 
+def test_settle_shows_the_entity_a_list_question_asks_for(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "Qual projeto … e quem é o líder?" filled with the leader's name alone answers half: the
+    project's label joins the rows, which are then the gold; the query as filled is not."""
+    filled = {"dimensions": ["lead.full_name"],
+              "filters": [{"field": "projects.start_date", "op": "=", "value": "2025-03"}]}
+    question = "Qual projeto começou em março de 2025, e quem é o líder dele?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.dimensions == ["projects.name", "lead.full_name"] and any("asks which projects" in n for n in notes)
+    gold = _rows(novaops, "SELECT p.name, e.full_name FROM projects p JOIN employees e ON e.employee_id = p.lead_id "
+                          "WHERE p.start_date >= '2025-03-01' AND p.start_date < '2025-04-01'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert gold and results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+
+
+@pytest.mark.parametrize(("question", "query"), [
+    ("quem lidera os projetos ativos?", {"dimensions": ["lead.full_name"],  # no "which project"
+                                         "filters": [{"field": "projects.status", "op": "=", "value": "active"}]}),
+    ("qual projeto tem o maior orçamento?", {"measures": ["projects.max_budget_usd"]}),  # an aggregate
+    ("quais chamados do serviço de busca estão abertos?",  # the service is fixed: one row named already
+     {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "services.name", "op": "=", "value": "Search"}]}),
+    ("quantos chamados por serviço?", {"dimensions": ["tickets.service_id"]}),  # "por" is not a question word
+])
+def test_settle_adds_no_label_the_question_does_not_ask_for(question: str, query: dict[str, Any],
+                                                            layer: SemanticLayer) -> None:
+    q = layer.parse(query)
+    settled, _ = layer.settle(q, question)
+    assert not [d for d in settled.dimensions if d not in q.dimensions]
+
+
+def test_settle_drops_a_time_grain_the_question_does_not_name(layer: SemanticLayer, tool: SQLTool,
+                                                              novaops: Path) -> None:
+    """ "How many … in the second half of 2025?" filled per month gives six counts, not one."""
+    filled = {"measures": ["tickets.count"], "dimensions": ["tickets.created_at__month"],
+              "filters": [{"field": "tickets.priority", "op": "=", "value": "P1"},
+                          {"field": "tickets.created_at", "op": "=", "value": "2025-H2"}]}
+    question = "How many P1 tickets came in during the second half of 2025?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.dimensions == [] and any("grain the question does not name" in n for n in notes)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE priority = 'P1' AND created_at >= '2025-07-01' "
+                          "AND created_at < '2026-01-01'")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+    monthly = layer.settle(layer.parse(filled), "How many P1 tickets came in per month in the second half of 2025?")
+    assert monthly[0].dimensions == ["tickets.created_at__month"]
+
+
 @pytest.mark.parametrize(("question", "field", "value", "heard"), [
     ("incidentes SEV3 abertos em novembro de 2025", "incidents.severity", "SEV3", ()),
     ("quanto foi gasto com passagens aereas aprovadas?", "expenses.category", "airfare", ()),  # a declared word

@@ -627,7 +627,8 @@ class SemanticLayer:
         one-letter typo allowed), or the database's value index found it there (`heard`). A value
         that names one of the entity's segments ("status = 'active'") becomes that segment. A
         filter on a date column goes when the question names no time at all (`_names_time`): the
-        small model fills "today" into questions that never ask about a day.
+        small model fills "today" into questions that never ask about a day. A list question that
+        asks for an entity by a question word ("qual projeto …") shows that entity's label.
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
@@ -678,6 +679,14 @@ class SemanticLayer:
         if listed:
             dropped.append(f"{measures[0]} (the question asks for no number: the rows, {', '.join(listed)})")
             measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
+        if not measures and kept:
+            asked = self._asked_labels(kept, tokens, q.filters)
+            try:  # only an entity the query reaches
+                self.plan(QueryObject(q.expressible, [], [*asked, *kept], list(q.segments), list(q.filters), [], None))
+            except SemanticQueryError:
+                asked = []
+            kept = [*asked, *kept]
+            dropped += [f"{a} (the question asks which {a.split('.', 1)[0]})" for a in asked]
         if measures and kept and not order:
             # a breakdown that names no order reads largest first (then by its groups, so ties are
             # stable): "how many per office" is answered as a ranking, and a short answer that
@@ -800,11 +809,43 @@ class SemanticLayer:
         if ent is None or member not in ent.dimensions:
             return name
         for role, join in self._joins_on(entity, member):
-            count = next((m for m in self.spec.entities[join.entity].measures.values()
-                          if m.agg == "count" and m.drill_members), None)
-            if count is not None:
-                return f"{role}.{count.drill_members[0]}"
+            label = self._label(join.entity)
+            if label is not None:
+                return f"{role}.{label}"
         return name
+
+    def _label(self, entity: str) -> str | None:
+        """The column that names a row of `entity`: the first drill member of its count."""
+        count = next((m for m in self.spec.entities[entity].measures.values() if m.agg == "count" and m.drill_members),
+                     None)
+        return count.drill_members[0] if count is not None else None
+
+    def _asked_labels(self, kept: list[str], tokens: list[str], filters: list[tuple[str, str, Any]]) -> list[str]:
+        """The labels of the entities a list question asks for by a question word ("que projeto …",
+        "which service …") when no column of theirs is shown but keys: "which project ends in
+        June, and who leads it?" filled with the lead's name alone answers only half. An entity
+        whose name or id an `=` filter gives is one row the question already names.
+        """
+        shown: set[str] = set()
+        for name in kept:
+            found = self._dimension(name)
+            if found is not None and not self._joins_on(found[1], found[2]):
+                shown.add(found[1])
+        fixed: set[str] = set()
+        for f, op, _ in filters:  # a name or an id names one row; a period or a category does not
+            found = self._dimension(f)
+            if op == "=" and found is not None and self.kind(found[1], found[2]) == "string" and not found[3].values:
+                fixed.add(found[1])
+        cues = folded_cues()
+        asking = cues.grouping - cues.breakdown  # qual, quais, que, which, what: not "por", "each"
+        out: list[str] = []
+        for entity in self.spec.entities:
+            label = self._label(entity)
+            if entity in shown | fixed or label is None or f"{entity}.{label}" in kept:
+                continue
+            if any(_after_cue(tokens, w, asking) for w in self._entity_words(entity)):
+                out.append(f"{entity}.{label}")
+        return out
 
     def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
         """The measures with the column (`_named_columns`) and the aggregation the question names
@@ -885,7 +926,11 @@ class SemanticLayer:
         if GRAIN_SEP in member:  # a grain is a breakdown, unless the filter leaves one bucket of it
             column, _, grain = member.partition(GRAIN_SEP)
             periods = [v for f, op, v in q.filters if f == f"{prefix}.{column}" and op == "=" and not isinstance(v, list)]
-            return "one period of its grain" if any(_one_bucket(str(v), grain) for v in periods) else ""
+            if any(_one_bucket(str(v), grain) for v in periods):
+                return "one period of its grain"
+            if q.measures and not any(_has(text, w) for w in grain_words().get(grain, [])):
+                return "a grain the question does not name"  # "how many … in 2025" is one total
+            return ""
         entity = self._entity_of(prefix)
         if entity is None or member not in self.spec.entities[entity].dimensions:
             return ""  # an unknown name: `parse`/`plan` refuse it with their own message
@@ -1342,21 +1387,24 @@ def _cognate(tokens: list[str], member: str) -> bool:
     return any(t[:5] in stems for t in tokens if len(t) >= 5)
 
 
-def _after_cue(tokens: list[str], words: str) -> bool:
-    """Whether `words` (or its plural) follows a grouping cue, with at most one filler between."""
+def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None) -> bool:
+    """Whether `words` (or its plural) follows a grouping cue (or one of `only`), with at most one
+    filler between.
+    """
     key = " ".join(fold(words).split())
     if not key:
         return False
     cues = folded_cues()
+    grouping = cues.grouping if only is None else only
     size = len(key.split())
     for i in range(len(tokens)):
         if " ".join(tokens[i:i + size]) not in (key, key + "s") and not (
                 key.endswith("s") and " ".join(tokens[i:i + size]) == key[:-1]):
             continue
         before = tokens[max(0, i - 2):i]
-        if before and before[-1] in cues.grouping:
+        if before and before[-1] in grouping:
             return True
-        if len(before) == 2 and before[-1] in cues.fillers and before[0] in cues.grouping:
+        if len(before) == 2 and before[-1] in cues.fillers and before[0] in grouping:
             return True
     return False
 
