@@ -515,6 +515,33 @@ def test_settle_drops_a_time_grain_the_question_does_not_name(layer: SemanticLay
     assert monthly[0].dimensions == ["tickets.created_at__month"]
 
 
+def test_settle_adds_a_segment_the_question_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "outstanding tickets per priority" filled without the segment counts every ticket."""
+    filled = {"measures": ["tickets.count"], "dimensions": ["tickets.priority"]}
+    question = "How many outstanding tickets does each priority have?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.segments == ["tickets.active"] and any("segment tickets.active added" in n for n in notes)
+    gold = _rows(novaops, "SELECT priority, COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') "
+                          "GROUP BY priority")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
+
+
+@pytest.mark.parametrize(("question", "query"), [
+    ("How many outstanding tickets were closed?",  # a filter already sets the segment's column
+     {"measures": ["tickets.count"], "filters": [{"field": "tickets.status", "op": "=", "value": "closed"}]}),
+    ("is the outstanding ticket TCK-1001 a P1?",  # one row the question names
+     {"dimensions": ["tickets.priority"], "filters": [{"field": "tickets.ticket_id", "op": "=", "value": "TCK-1001"}]}),
+    ("How many tickets are there per priority?", {"measures": ["tickets.count"], "dimensions": ["tickets.priority"]}),
+    ("tickets per service of the unresolved incidents",  # another entity's segment word
+     {"measures": ["tickets.count"], "dimensions": ["tickets.service_id"]}),
+])
+def test_settle_adds_no_segment_the_question_does_not_name(question: str, query: dict[str, Any],
+                                                           layer: SemanticLayer) -> None:
+    assert layer.settle(layer.parse(query), question)[0].segments == []
+
+
 @pytest.mark.parametrize(("question", "field", "value", "heard"), [
     ("incidentes SEV3 abertos em novembro de 2025", "incidents.severity", "SEV3", ()),
     ("quanto foi gasto com passagens aereas aprovadas?", "expenses.category", "airfare", ()),  # a declared word

@@ -628,7 +628,8 @@ class SemanticLayer:
         that names one of the entity's segments ("status = 'active'") becomes that segment. A
         filter on a date column goes when the question names no time at all (`_names_time`): the
         small model fills "today" into questions that never ask about a day. A list question that
-        asks for an entity by a question word ("qual projeto …") shows that entity's label.
+        asks for an entity by a question word ("qual projeto …") shows that entity's label. A segment
+        of the base entity the question names ("chamados ativos") and the model left out is added.
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
@@ -639,6 +640,9 @@ class SemanticLayer:
         shown = [self._shown_for(f) for f, o, v in q.filters if (f, o, v) not in filters]
         filters, segments, named = self._segment_filters(filters, list(q.segments))
         dropped += named
+        said_segments = self._said_segments(q, segments, filters, text)
+        segments += said_segments
+        dropped += [f"segment {g} added (the question names it)" for g in said_segments]
         said = self._said_filters(filters, set(tokens), {fold(h) for h in heard} | self._segment_values(text))
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
@@ -743,6 +747,40 @@ class SemanticLayer:
             notes.append(f"filter {name} = {value!r} (names the segment {entity}.{seg})")
         return out, segments, notes
 
+    def _said_segments(self, q: QueryObject, segments: list[str], filters: list[tuple[str, str, Any]], text: str
+                       ) -> list[str]:
+        """The segments of the query's base entity that the question names by a declared word and
+        the model left out ("quantos chamados ativos por prioridade" filled without the active
+        tickets counts them all). Not when a filter already sets a column of the segment (the model
+        said it another way, or said otherwise), nor for one row the question names.
+        """
+        try:
+            base = self.plan(q).base
+        except SemanticQueryError:
+            return []
+        if base in self._named_rows(filters):
+            return []
+        filtered = {(e, d) for f, _, _ in filters if (found := self._dimension(f)) is not None
+                    for e, d in [(found[1], found[2])]}
+        out: list[str] = []
+        for sname, seg in self.spec.entities[base].segments.items():
+            if f"{base}.{sname}" in segments or any((base, c.field) in filtered for c in seg.where):
+                continue
+            if any(f" {fold(w)} " in text for w in [sname.replace("_", " "), *seg.synonyms]):
+                out.append(f"{base}.{sname}")
+        return out
+
+    def _named_rows(self, filters: list[tuple[str, str, Any]]) -> set[str]:
+        """The entities one of whose rows an `=` filter names by a name or an id (a free-text
+        column); a period or a category (a column with declared values) names no row.
+        """
+        out: set[str] = set()
+        for f, op, _ in filters:
+            found = self._dimension(f)
+            if op == "=" and found is not None and self.kind(found[1], found[2]) == "string" and not found[3].values:
+                out.add(found[1])
+        return out
+
     def _segment_values(self, text: str) -> set[str]:
         """The values of the segments the question names ("chamados ativos" says open and in progress)."""
         out: set[str] = set()
@@ -831,11 +869,7 @@ class SemanticLayer:
             found = self._dimension(name)
             if found is not None and not self._joins_on(found[1], found[2]):
                 shown.add(found[1])
-        fixed: set[str] = set()
-        for f, op, _ in filters:  # a name or an id names one row; a period or a category does not
-            found = self._dimension(f)
-            if op == "=" and found is not None and self.kind(found[1], found[2]) == "string" and not found[3].values:
-                fixed.add(found[1])
+        fixed = self._named_rows(filters)
         cues = folded_cues()
         asking = cues.grouping - cues.breakdown  # qual, quais, que, which, what: not "por", "each"
         out: list[str] = []
