@@ -56,6 +56,11 @@ def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(sql).fetchall()]
 
 
+def _answer(layer: SemanticLayer, tool: SQLTool, q: Any) -> list[tuple[Any, ...]]:
+    """The rows the compiled query gives on the real database, with its stored values linked."""
+    return [tuple(r.values()) for r in tool.query(layer.compile(q, stored_values(tool)).sql)]
+
+
 def _engine(db: Path) -> Any:
     from sqlalchemy import create_engine
 
@@ -319,10 +324,10 @@ def test_settle_drops_the_dimensions_the_question_did_not_ask_for(case: str, lay
     assert len([d for d in dropped if not d.startswith(("limit", "order"))]) == len(raw.dimensions) - len(kept)
     expected = _rows(novaops, gold)
     assert expected, "a gold query with no rows proves nothing"
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
     assert results_match(expected, ours, ordered=sql_is_ordered(gold), strict=True), (ours[:5], expected[:5])
     if dropped and not sql_is_ordered(gold) or settled.limit != raw.limit:  # the object as filled must fail
-        unsettled = [tuple(r.values()) for r in tool.query(layer.compile(raw, stored_values(tool)).sql)]
+        unsettled = _answer(layer, tool, raw)
         assert not results_match(expected, unsettled, ordered=sql_is_ordered(gold), strict=True)
 
 
@@ -345,8 +350,8 @@ def test_settle_takes_the_aggregation_the_question_names(question: str, filled: 
     if want != filled:
         agg = "AVG" if want.endswith("avg_amount_usd") else "SUM"
         gold = _rows(novaops, f"SELECT {agg}(amount_usd) FROM expenses WHERE status = 'approved'")
-        ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-        unsettled = [tuple(r.values()) for r in tool.query(layer.compile(raw, stored_values(tool)).sql)]
+        ours = _answer(layer, tool, settled)
+        unsettled = _answer(layer, tool, raw)
         assert results_match(gold, ours, ordered=False, strict=True)
         assert not results_match(gold, unsettled, ordered=False, strict=True)
 
@@ -359,7 +364,7 @@ def test_settle_drops_a_filter_that_only_names_its_column(layer: SemanticLayer, 
     settled, notes = layer.settle(layer.parse(filled), "How many people work in each office?")
     assert settled.filters == [] and settled.dimensions == ["employees.office_city"] and notes
     gold = _rows(novaops, "SELECT office_city, COUNT(*) FROM employees GROUP BY office_city")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
     assert results_match(gold, ours, ordered=False, strict=True)
     lead = {"dimensions": ["projects.name"], "filters": [{"field": "projects.lead_id", "op": "=", "value": "lidera"}]}
     led, notes = layer.settle(layer.parse(lead), "Que projetos existem, e quem lidera cada um?")
@@ -377,7 +382,7 @@ def test_settle_orders_a_breakdown_largest_first(layer: SemanticLayer, tool: SQL
     assert settled.order[0] == ("employees.count", "desc") and any(n.startswith("order") for n in notes)
     gold = _rows(novaops, "SELECT office_city, COUNT(*) AS n FROM employees GROUP BY office_city ORDER BY n DESC, "
                           "office_city")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
     assert results_match(gold, ours, ordered=True, strict=True)
     asc = {**filled, "order": [{"field": "employees.count", "direction": "asc"}]}
     assert layer.settle(layer.parse(asc), "which office has the fewest people, fewest first")[0].order == \
@@ -398,8 +403,8 @@ def test_settle_drops_a_filter_value_the_question_does_not_say(layer: SemanticLa
     assert [f for f, _, _ in settled.filters] == ["incidents.opened_at"] and any("does not say" in n for n in notes)
     gold = _rows(novaops, "SELECT incident_id, severity FROM incidents WHERE opened_at >= '2025-11-01' "
                           "AND opened_at < '2025-12-01'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
@@ -415,8 +420,8 @@ def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, to
     assert [f for f, _, _ in settled.filters] == ["expenses.category", "expenses.status"]
     assert any("names no period" in n for n in notes)
     gold = _rows(novaops, "SELECT SUM(amount_usd) FROM expenses WHERE category = 'hardware' AND status = 'approved'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
     by_id = {"dimensions": ["expenses.expense_id", "expenses.status"],
              "filters": [{"field": "expenses.expense_id", "op": "=", "value": "EXP-2026"},
@@ -452,8 +457,8 @@ def test_settle_takes_the_column_the_question_names(layer: SemanticLayer, tool: 
     settled, notes = layer.settle(layer.parse(filled), question)
     assert settled.measures == ["incidents.avg_minutes_to_ack"] and any("names minutes_to_ack" in n for n in notes)
     gold = _rows(novaops, "SELECT AVG(minutes_to_ack) FROM incidents WHERE severity = 'SEV1'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
@@ -477,8 +482,8 @@ def test_settle_shows_the_entity_a_list_question_asks_for(layer: SemanticLayer, 
     assert settled.dimensions == ["projects.name", "lead.full_name"] and any("asks which projects" in n for n in notes)
     gold = _rows(novaops, "SELECT p.name, e.full_name FROM projects p JOIN employees e ON e.employee_id = p.lead_id "
                           "WHERE p.start_date >= '2025-03-01' AND p.start_date < '2025-04-01'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert gold and results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
@@ -508,8 +513,8 @@ def test_settle_drops_a_time_grain_the_question_does_not_name(layer: SemanticLay
     assert settled.dimensions == [] and any("grain the question does not name" in n for n in notes)
     gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE priority = 'P1' AND created_at >= '2025-07-01' "
                           "AND created_at < '2026-01-01'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
     monthly = layer.settle(layer.parse(filled), "How many P1 tickets came in per month in the second half of 2025?")
     assert monthly[0].dimensions == ["tickets.created_at__month"]
@@ -523,8 +528,8 @@ def test_settle_adds_a_segment_the_question_names(layer: SemanticLayer, tool: SQ
     assert settled.segments == ["tickets.active"] and any("segment tickets.active added" in n for n in notes)
     gold = _rows(novaops, "SELECT priority, COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') "
                           "GROUP BY priority")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
@@ -574,8 +579,8 @@ def test_settle_lists_the_rows_behind_a_count_the_question_does_not_ask_for(laye
         settled.dimensions and any("no number" in n for n in notes)
     gold = _rows(novaops, "SELECT ticket_id, updated_at FROM tickets WHERE status = 'open' AND updated_at < '2026-03-01'")
     assert gold, "a gold query with no rows proves nothing"
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours) and not results_match(gold, unsettled)
 
 
@@ -587,8 +592,8 @@ def test_settle_lists_what_the_model_chose_to_show_instead_of_a_count_per_row(la
     settled, _ = layer.settle(layer.parse(filled), "Quais categorias de despesa tiveram pedidos rejeitados?")
     assert settled.measures == [] and settled.dimensions == ["expenses.category"]
     gold = _rows(novaops, "SELECT DISTINCT category FROM expenses WHERE status = 'rejected'")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
-    unsettled = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(filled), stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
@@ -618,7 +623,7 @@ def test_settle_turns_a_value_that_names_a_segment_into_the_segment(layer: Seman
     settled, notes = layer.settle(layer.parse(filled), "how many active tickets are there?")
     assert settled.filters == [] and settled.segments == ["tickets.active"] and notes
     gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress')")
-    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled, stored_values(tool)).sql)]
+    ours = _answer(layer, tool, settled)
     assert results_match(gold, ours, strict=True)
     with pytest.raises(SemanticQueryError):
         layer.compile(layer.parse(filled), stored_values(tool))  # as filled: not a stored value
@@ -813,7 +818,7 @@ def test_the_same_queries_compile_for_postgresql(pg_database: str) -> None:
           "a filter value linked to the stored one in a sibling column", "a null segment, top 3"}
     for case in sorted(pg):
         query, gold = CASES[case]
-        ours = [tuple(r.values()) for r in tool.query(layer.compile(layer.parse(query), stored_values(tool)).sql)]
+        ours = _answer(layer, tool, layer.parse(query))
         expected = [tuple(r.values()) for r in tool.query(gold)]
         assert expected and results_match(expected, ours, ordered=sql_is_ordered(gold)), case
     weeks = layer.compile(layer.parse({"measures": ["tickets.count"], "dimensions": ["tickets.created_at__week"],
