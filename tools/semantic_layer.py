@@ -44,6 +44,8 @@ from tools.semantic_model import (
     Dimension,
     Entity,
     Join,
+    Measure,
+    Segment,
     SemanticModelSpec,
     catalog_from_schema,
     check_against_catalog,
@@ -675,19 +677,14 @@ class SemanticLayer:
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
         listed = self._rows_behind(measures, kept, order, tokens, text, q.filters)
-        if listed:
-            try:  # the rows must still be reachable from one entity, or the count stays
-                self.plan(QueryObject(q.expressible, [], listed, list(q.segments), list(q.filters), [], None))
-            except SemanticQueryError:
-                listed = []
+        if listed and not self._lists(q, listed):  # the rows must be reachable from one entity, or the count stays
+            listed = []
         if listed:
             dropped.append(f"{measures[0]} (the question asks for no number: the rows, {', '.join(listed)})")
             measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
         if not measures and kept:
             asked = self._asked_labels(kept, tokens, q.filters)
-            try:  # only an entity the query reaches
-                self.plan(QueryObject(q.expressible, [], [*asked, *kept], list(q.segments), list(q.filters), [], None))
-            except SemanticQueryError:
+            if asked and not self._lists(q, [*asked, *kept]):  # only an entity the query reaches
                 asked = []
             kept = [*asked, *kept]
             dropped += [f"{a} (the question asks which {a.split('.', 1)[0]})" for a in asked]
@@ -703,6 +700,14 @@ class SemanticLayer:
             return q, []
         out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
+
+    def _lists(self, q: QueryObject, dimensions: list[str]) -> bool:
+        """Whether a list of `dimensions` under `q`'s segments and filters plans (one base entity reaches them)."""
+        try:
+            self.plan(QueryObject(q.expressible, [], dimensions, list(q.segments), list(q.filters), [], None))
+        except SemanticQueryError:
+            return False
+        return True
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -766,7 +771,7 @@ class SemanticLayer:
         for sname, seg in self.spec.entities[base].segments.items():
             if f"{base}.{sname}" in segments or any((base, c.field) in filtered for c in seg.where):
                 continue
-            if any(f" {fold(w)} " in text for w in [sname.replace("_", " "), *seg.synonyms]):
+            if _names_segment(text, sname, seg):
                 out.append(f"{base}.{sname}")
         return out
 
@@ -786,7 +791,7 @@ class SemanticLayer:
         out: set[str] = set()
         for ent in self.spec.entities.values():
             for sname, seg in ent.segments.items():
-                if any(f" {fold(w)} " in text for w in [sname.replace("_", " "), *seg.synonyms]):
+                if _names_segment(text, sname, seg):
                     for cond in seg.where:
                         values = cond.value if isinstance(cond.value, list) else [cond.value]
                         out |= {fold(str(v)) for v in values}
@@ -822,6 +827,13 @@ class SemanticLayer:
         joined = [w for role, j in self._joins_on(entity, member) for w in [role, *j.synonyms]]
         words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined]}
         return key not in _declared_words(dim) and any(key in (w, w + "s", w + "es") for w in words)
+
+    def _measure(self, name: str) -> tuple[str, Entity, Measure] | None:
+        """(entity, its spec, measure) of a measure name; None for anything else."""
+        entity, _, member = name.partition(".")
+        ent = self.spec.entities.get(entity)
+        m = ent.measures.get(member) if ent is not None else None
+        return None if ent is None or m is None else (entity, ent, m)
 
     def _dimension(self, name: str) -> tuple[str, str, str, Dimension] | None:
         """(prefix, entity, member, dimension) of a dimension name, the prefix an entity or a join
@@ -896,15 +908,14 @@ class SemanticLayer:
         (want,) = named
         out: list[str] = []
         for name in measures:
-            entity, _, member = name.partition(".")
-            ent = self.spec.entities.get(entity)
-            m = ent.measures.get(member) if ent is not None else None
+            found = self._measure(name)
             sibling = None
-            if ent is not None and m is not None and m.column and m.agg != want and m.agg != "count":
+            if found is not None and found[2].column and found[2].agg not in (want, "count"):
+                _, ent, m = found
                 sibling = next((n for n, o in ent.measures.items() if o.agg == want and o.column == m.column), None)
-            out.append(f"{entity}.{sibling}" if sibling else name)
+            out.append(f"{found[0]}.{sibling}" if found is not None and sibling else name)
             if sibling:
-                notes.append(f"{name} (the question asks for {want}: {entity}.{sibling})")
+                notes.append(f"{name} (the question asks for {want}: {out[-1]})")
         return out, notes
 
     def _named_columns(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
@@ -916,19 +927,16 @@ class SemanticLayer:
         out: list[str] = []
         notes: list[str] = []
         for name in measures:
-            entity, _, member = name.partition(".")
-            ent = self.spec.entities.get(entity)
-            m = ent.measures.get(member) if ent is not None else None
-            if ent is None or m is None or not m.column or self._column_said(entity, member, text):
+            found = self._measure(name)
+            if found is None or not found[2].column or self._column_said(found[0], name.partition(".")[2], text):
                 out.append(name)
                 continue
-            said = {n for n, o in ent.measures.items()
-                    if o.agg == m.agg and o.column and o.column != m.column and self._column_said(entity, n, text)}
-            columns = {ent.measures[n].column for n in said}
-            if len(columns) == 1 and len(said) == 1:
-                (other,) = said
-                out.append(f"{entity}.{other}")
-                notes.append(f"{name} (the question names {columns.pop()}: {entity}.{other})")
+            entity, ent, m = found
+            said = [n for n, o in ent.measures.items()
+                    if o.agg == m.agg and o.column and o.column != m.column and self._column_said(entity, n, text)]
+            if len(said) == 1:
+                out.append(f"{entity}.{said[0]}")
+                notes.append(f"{name} (the question names {ent.measures[said[0]].column}: {out[-1]})")
             else:
                 out.append(name)
         return out, notes
@@ -995,11 +1003,10 @@ class SemanticLayer:
         """
         if len(measures) != 1 or any(f in self.measure_names for f, _ in order):
             return []
-        entity, _, member = measures[0].partition(".")
-        ent = self.spec.entities.get(entity)
-        m = ent.measures.get(member) if ent is not None else None
-        if m is None or m.agg != "count" or not m.drill_members:
+        found = self._measure(measures[0])
+        if found is None or found[2].agg != "count" or not found[2].drill_members:
             return []
+        entity, _, m = found
         cues = folded_cues()
         if (cues.superlatives | cues.breakdown) & set(tokens) or \
                 any(f" {w} " in text for words in cues.aggregations.values() for w in words):
@@ -1008,7 +1015,7 @@ class SemanticLayer:
         if shown:  # the model chose what to show; a count per row of it is 1
             return shown
         ranged = [f for f, op, _ in filters if f.startswith(f"{entity}.") and f not in self.measure_names and (
-            op in ("<", "<=", ">", ">=", "between") or self.kind(entity, f.split(".", 1)[1]) in ("date", "timestamp"))]
+            op in ("<", "<=", ">", ">=", "between") or self._dated(f))]
         return list(dict.fromkeys([*(f"{entity}.{d}" for d in m.drill_members), *ranged]))
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
@@ -1453,6 +1460,11 @@ def _names_time(question: str, tokens: list[str]) -> bool:
     numbers inside ids (INC-2055) are not years.
     """
     return bool(folded_cues().time & set(tokens)) or bool(_YEARISH.search(fold(question)))
+
+
+def _names_segment(text: str, name: str, seg: Segment) -> bool:
+    """Whether the folded, space-padded `text` says the segment's name or one of its synonyms."""
+    return any(f" {fold(w)} " in text for w in [name.replace("_", " "), *seg.synonyms])
 
 
 def _declared_words(dim: Dimension) -> set[str]:

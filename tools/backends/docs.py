@@ -146,8 +146,12 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
     first), so every part's best documents are among the `top_k`.
     """
     texts = [question, *question_parts(question)]
-    runs = [[(d, p, s, max(h[2] for h in run) - s) for d, p, s in run]
-            for run in (store.retrieve_docs(t, top_k, passages=passages) for t in texts) if run]
+    runs: list[list[tuple[str, str, float, float]]] = []
+    for text in texts:
+        found = store.retrieve_docs(text, top_k, passages=passages)
+        if found:
+            best = max(score for _, _, score in found)
+            runs.append([(d, p, score, best - score) for d, p, score in found])
     if len(texts) == 1:
         return runs[0] if runs else []
     chosen: dict[str, tuple[str, str, float, float]] = {}
