@@ -80,6 +80,7 @@ class Plan(TypedDict, total=False):
 
     backends: list[str]
     reason: str
+    parts: dict[str, str]  # backend -> the part of the question it answers (absent: the whole question)
 
 
 class TurnTrace(TypedDict, total=False):

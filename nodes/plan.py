@@ -116,6 +116,6 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         return llm_plan(question, candidates, backend=ctx.llm_backend, usage=usage)
 
     chosen, reason, failed = decide(matched, ask if llm_when_close() else None)
-    p = Plan(backends=chosen, reason=reason)
+    p = Plan(backends=chosen, reason=reason, parts=matched.parts(chosen) if matched is not None else {})
     return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=[*errors, *failed], **extra,
                                      **usage.trace())}

@@ -457,6 +457,27 @@ def test_weeks_are_read_from_the_question(engine_and_gazetteer: tuple[PatternEng
     assert filled.problem is None and filled.values["week"] == expected
 
 
+def test_an_entity_the_question_leaves_open_comes_from_what_an_earlier_backend_found(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """"Who reports directly to that person?" after a passage that names one person: the person is
+    the passage's; a passage that names two people decides nothing, and neither does one that names
+    none (the question still has no value of its own, so no LLM: the pattern cannot be used)."""
+    engine, gazetteer, sql = engine_and_gazetteer
+    pattern = engine.patterns.pattern("direct_reports")
+
+    def fill(given: str) -> Any:
+        return engine.fill(pattern, "Who reports directly to that person?", today=TODAY, gazetteer=gazetteer,
+                           engine=sql, given=given)
+
+    one = fill("The data protection officer is Eduardo Brandão, who answers to the board.")
+    assert one.problem is None and one.values["manager"], one
+    assert fill("").problem and fill("Eduardo Brandão and Igor Batista share the role.").problem
+    # the question's own person wins over the passage's
+    own = engine.fill(pattern, "Who reports directly to Igor Batista?", today=TODAY, gazetteer=gazetteer, engine=sql,
+                      given="The data protection officer is Eduardo Brandão.")
+    assert own.problem is None and own.values["manager"] != one.values["manager"]
+
+
 def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
     engine, gazetteer, sql = engine_and_gazetteer
 

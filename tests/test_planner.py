@@ -79,7 +79,7 @@ def planner(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[BagOfWor
 def test_planner_yaml_has_no_hand_kept_hint_lists() -> None:
     text = (ph.POLICIES_DIR / "planner.yaml").read_text(encoding="utf-8")
     assert "\nhints:" not in text
-    assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords"}
+    assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords", "chain"}
 
 
 def test_a_clear_match_is_one_backend(planner: BagOfWords) -> None:

@@ -649,14 +649,19 @@ class PatternEngine:
         return cached
 
     def fill(self, pattern: GraphPattern, question: str, *, today: str, gazetteer: Gazetteer,
-             engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None) -> Filled:
+             engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None,
+             given: str = "") -> Filled:
         """Typed values for every parameter; the LLM (when `usage` is given) sees only what the
         question did not give away. An entity or id the question names that no parameter took
         makes the pattern unusable: the question asks something narrower than the pattern.
+        `given`: what earlier backends of the turn found (a passage, the cells of their rows); an
+        entity or id parameter the question leaves open takes the one value of its kind named
+        there ("is any member of that project on call?" after a postmortem that names one project).
         """
         day = date.fromisoformat(today)
         vocab = self.patterns.vocabulary
         mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
+        earlier = find_mentions(given, gazetteer, _id_params(self.patterns)) if given.strip() else []
         filled = Filled()
         rest = f" {fold(question)} "
         for m in mentions:
@@ -664,8 +669,11 @@ class PatternEngine:
         for param in pattern.parameters:
             if isinstance(param, (EntityParam, IdParam)):
                 values = list(dict.fromkeys(m.value for m in mentions if m.source == param.source))
+                found = list(dict.fromkeys(m.value for m in earlier if m.source == param.source))
                 if len(values) == 1:
                     filled.values[param.name] = values[0]
+                elif not values and len(found) == 1:
+                    filled.values[param.name] = found[0]
                 else:
                     filled.pending.append(param.name)  # none, or two different ones: the LLM decides
             elif isinstance(param, EnumParam):
@@ -766,10 +774,13 @@ class PatternEngine:
     # ------------------------------------------------------------------ answer
 
     def answer(self, question: str, *, tool: GraphTool, today: str, usage: Usage, backend: str | None,
-               engine: Engine | None = None) -> PatternAttempt:
-        """Choose, fill and run; `ok` with rows, or a reason to fall back."""
+               engine: Engine | None = None, rows_for_later: bool = False, given: str = "") -> PatternAttempt:
+        """Choose, fill and run; `ok` with rows, or a reason to fall back. `rows_for_later`: a later
+        backend of the same turn counts or sums over these rows, so an aggregate word in the
+        question is its job, not a reason to leave the pattern.
+        """
         aggregate = _word_re(self.patterns.vocabulary.aggregate_words)
-        found = aggregate.search(fold(question)) if aggregate is not None else None
+        found = aggregate.search(fold(question)) if aggregate is not None and not rows_for_later else None
         if found is not None:
             return PatternAttempt(choice=Choice(None, "none"),
                                   reason=f"the question asks for an aggregate ({found.group(0)!r}); patterns return rows")
@@ -782,7 +793,7 @@ class PatternEngine:
             return attempt
         pattern = self.patterns.pattern(choice.name)
         filled = self.fill(pattern, question, today=today, gazetteer=gazetteer, engine=engine,
-                           usage=usage, backend=backend)
+                           usage=usage, backend=backend, given=given)
         attempt.llm_filled = sorted(filled.llm_values)
         if filled.problem is not None:
             attempt.reason = f"pattern {pattern.name}: {filled.problem}"

@@ -27,11 +27,11 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -56,6 +56,9 @@ from tools.semantic_model import (
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
 from tramita.base.text import fold
+
+if TYPE_CHECKING:
+    from tools.backends.base import Finding
 
 __all__ = [
     "MAX_REPAIRS",
@@ -1337,6 +1340,50 @@ class SemanticLayer:
             out.append(f"Q: {ex.question}\nA: {json.dumps(shown, ensure_ascii=False)}")
         return "\n".join(out)
 
+    def column_dimensions(self) -> dict[tuple[str, str], list[str]]:
+        """(table, column) -> the dimensions (entity.dimension) that read that stored column."""
+        by_column: dict[tuple[str, str], list[str]] = {}
+        for ename, ent in self.spec.entities.items():
+            for dname, d in ent.dimensions.items():
+                if not d.expr:
+                    by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
+        return by_column
+
+    def bind(self, q: QueryObject, bound: Sequence[tuple[str, str, Sequence[str]]], question: str = ""
+             ) -> tuple[QueryObject, list[str]]:
+        """Bound the query by a set an earlier source of the same turn found (`bound`: table,
+        column and the values its rows hold there), when the query has no filter on that entity.
+
+        Why: "which services did that incident hit, and how many open tickets do those services
+        have?" reaches the database with "those services" and nothing to filter on; the graph found
+        them. The caller binds only when the question's own part names no stored value itself: a
+        part that names its own rows ("who commanded INC-1?") is not about the earlier set. The set
+        is reached through the entity's default join, or through a role (join) the question names
+        by one of its words ("tickets assigned to that person"); never through a role it does not.
+        """
+        if not q.expressible or not bound:
+            return q, []
+        filtered = {found[1] for f, _, _ in q.filters if (found := self._dimension(f)) is not None}
+        by_column = self.column_dimensions()
+        text = " " + " ".join(fold(question).split()) + " "
+        for table, column, values in bound:
+            for dim in by_column.get((table, column), []):
+                entity, member = dim.split(".", 1)
+                if entity in filtered:
+                    break  # the model bounded that entity itself
+                said = [f"{role}.{member}" for ename, ent in self.spec.entities.items()
+                        for role, join in ent.joins.items()
+                        if join.entity == entity and any(_has(text, w) for w in join.synonyms)]
+                for name in dict.fromkeys([*said, dim]):
+                    out = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments),
+                                      [*q.filters, (name, "in", list(values))], list(q.order), q.limit)
+                    try:
+                        self.plan(out)  # the query's entity must reach the set's
+                    except SemanticQueryError:
+                        continue
+                    return out, [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
+        return q, []
+
     def hints(self, question: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> list[str]:
         """What the question's words point at: stored values (from the database's value index),
         the model's value, member, segment and entity synonyms, and calendar periods.
@@ -1350,11 +1397,7 @@ class SemanticLayer:
                 seen.add(line)
                 out.append(line)
 
-        by_column: dict[tuple[str, str], list[str]] = {}
-        for ename, ent in self.spec.entities.items():
-            for dname, d in ent.dimensions.items():
-                if not d.expr:
-                    by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
+        by_column = self.column_dimensions()
         for table, column, value in value_hits:
             for name in by_column.get((table, column), []):
                 add(f"{name} = {value!r}")
@@ -1677,10 +1720,39 @@ class SemanticRun:
     settled: list[str] = field(default_factory=list)  # dimensions `SemanticLayer.settle` dropped, and why
 
 
+def earlier_values(index: Any, given: Sequence[Finding]
+                   ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, tuple[str, ...]]]]:
+    """What earlier backends of the turn found, in the database's terms: (the stored values their
+    rows or passages name, as value hits; the sets their rows are, as (table, column, values) where
+    every value of a result column is stored in that one column).
+    """
+    from tools.sql_values import fold as value_fold
+
+    hits: list[tuple[str, str, str]] = []
+    bound: list[tuple[str, str, tuple[str, ...]]] = []
+    for f in given:
+        if f.text:
+            hits += [(h.table, h.column, h.value) for h in index.match(f.text)]
+        if not f.values:
+            continue
+        stored: list[dict[tuple[str, str], str]] = []  # per value: column -> the value as that column stores it
+        for value in f.values:
+            stored.append({(h.table, h.column): h.value for h in index.match(value)
+                           if value_fold(h.value) == value_fold(value)})
+            hits += [(t, c, v) for (t, c), v in stored[-1].items()]
+        common = set.intersection(*(set(m) for m in stored)) if stored else set()
+        # a column that stores the values exactly as the rows show them first (ids before names)
+        ranked = sorted(common, key=lambda tc: (-sum(m[tc] == v for m, v in zip(stored, f.values, strict=True)), tc))
+        bound += [(t, c, tuple(m[(t, c)] for m in stored)) for t, c in ranked]
+    return list(dict.fromkeys(hits)), bound
+
+
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
-                    usage: Any) -> SemanticRun:
+                    usage: Any, given: Sequence[Finding] = ()) -> SemanticRun:
     """Fill the query object with ONE LLM call, compile it, run it through `tool.query`; a refusal
-    is shown to the LLM once (`MAX_REPAIRS`), then the run reports why it gave up.
+    is shown to the LLM once (`MAX_REPAIRS`), then the run reports why it gave up. `given`: what
+    earlier backends of the turn found; their names are hints, and a set their rows form bounds a
+    query whose question part names no stored value of its own (`SemanticLayer.bind`).
     """
     from tools.database import DatabaseUnavailable
     from tools.llm import LLMError, structured_call
@@ -1694,12 +1766,15 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         run.reason = f"semantic model unavailable: {exc}"[:400]
         return run
     try:
-        hits = [(h.table, h.column, h.value) for h in
-                value_index(tool.url, tool.query, load_schema(tool.schema_path)).match(question)]
+        index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
+        hits = [(h.table, h.column, h.value) for h in index.match(question)]
     except DatabaseUnavailable as exc:
         run.reason, run.fatal = str(exc)[:400], True
         return run
-    hints = layer.hints(question, hits, today)
+    earlier, bound = earlier_values(index, given)
+    hints = layer.hints(question, [*hits, *earlier], today)
+    by_column = layer.column_dimensions()
+    hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
     static = {"model": layer.describe(), "examples": layer.examples_text()}
     asked = question
     for attempt in range(MAX_REPAIRS + 1):
@@ -1715,7 +1790,10 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
-        q, run.settled = layer.settle(q, question, heard=[v for _, _, v in hits])
+        q, run.settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
+        if not hits:  # a part that names no stored value of its own is about the earlier set
+            q, bound_note = layer.bind(q, bound, question)
+            run.settled += bound_note
         run.query_object = q.as_json()
         if not q.expressible:
             run.reason = "the model says the semantic layer cannot express this question"

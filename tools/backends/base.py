@@ -20,9 +20,31 @@ from tools.services import Services
 from tramita.base.prompts import render
 
 
+@dataclass(frozen=True)
+class Finding:
+    """What an earlier backend of the same turn found, for a later one to build on.
+
+    Why: a question such as "which services did INC-1 hit, and how many open tickets do those
+    services have?" can only be answered by the second source with the first one's answer. `values`
+    are the cells of a result table's column (a set the later query is bounded by); `text` is what
+    a backend read (passages), in which names and values may be found but which bounds nothing.
+    """
+
+    backend: str
+    column: str = ""
+    values: tuple[str, ...] = ()
+    text: str = ""
+
+
 @dataclass
 class BackendCall:
-    """One question for one backend, with what it may use."""
+    """One question for one backend, with what it may use.
+
+    `question` is the part of the user's question this backend answers (the whole question when
+    the planner did not split it); `whole` is always the user's whole question. `given` holds what
+    the backends before it found (`Finding`); `feeds` says that a later backend will build on this
+    one's rows, so it answers the relation even when the question's aggregate is another's job.
+    """
 
     question: str
     today: str
@@ -30,6 +52,9 @@ class BackendCall:
     services: Services
     usage: Usage
     top_k: int = 5
+    whole: str = ""
+    given: tuple[Finding, ...] = ()
+    feeds: bool = False
 
 
 @runtime_checkable
@@ -51,6 +76,25 @@ class RetrievalBackend(Protocol):
     def render(self, context: dict[str, Any]) -> str:
         """The context as the synthesis prompt reads it, every fact tagged with its citation."""
         ...
+
+
+MAX_FINDING_VALUES = 30
+
+
+def row_findings(context: dict[str, Any]) -> list[Finding]:
+    """A query backend's rows as findings: one per column, its distinct text cells (numbers and
+    empty cells say nothing a later query could be bounded by). None for a failed or empty result.
+    """
+    rows = [r for r in context.get("rows") or [] if isinstance(r, dict)]
+    if context.get("error") or not rows or len(rows) > MAX_FINDING_VALUES:
+        return []
+    out: list[Finding] = []
+    for column in dict.fromkeys(k for r in rows for k in r):
+        cells = [r.get(column) for r in rows]
+        values = tuple(dict.fromkeys(str(c).strip() for c in cells if isinstance(c, str) and str(c).strip()))
+        if values and all(isinstance(c, str) for c in cells if c is not None):
+            out.append(Finding(str(context.get("backend") or ""), column=column, values=values))
+    return out
 
 
 # where a question that asks two things splits ("… agora? E o que diz o runbook …")

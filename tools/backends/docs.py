@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tools.backends.base import BackendCall, question_parts
+from tools.backends.base import BackendCall, Finding, question_parts
 from tools.services import Services
 
 if TYPE_CHECKING:
@@ -42,10 +42,17 @@ class DocsBackend:
         passages alone are often two documents (a long postmortem fills the list), which hides the
         right document from synthesis and lowers document recall@5.
         """
-        hits = search_ranked(call.services.doc_store, call.question, call.top_k)
+        # the whole question: the search looks at each of its parts itself, and a document often
+        # holds what another part's source needs (the person a postmortem names)
+        hits = search_ranked(call.services.doc_store, call.whole or call.question, call.top_k)
         return {"backend": self.name,
                 "items": [{"source": d, "text": p, "score": round(float(s), 4), "gap": round(float(g), 4)}
                           for d, p, s, g in hits]}
+
+    def findings(self, context: dict[str, Any]) -> list[Finding]:
+        """The passages synthesis reads, for the later backends to find names and values in."""
+        text = "\n".join(str(it.get("text") or "") for it in shown_items(context.get("items", [])))
+        return [Finding(self.name, text=text)] if text.strip() else []
 
     def render(self, context: dict[str, Any]) -> str:
         """Each passage within PASSAGE_GAP of its search's best, after its document id (the citation)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import BackendCall, render_rows
+from tools.backends.base import BackendCall, Finding, render_rows, row_findings
 from tools.services import Services
 
 if TYPE_CHECKING:
@@ -43,7 +43,12 @@ class GraphBackend:
         from tools.text_to_cypher import answer_cypher
 
         tool = call.services.graph_tool
-        attempt, reason = self._pattern(call)
+        # its own part of the question first; the whole question when the part alone names too
+        # little ("… Name the services too")
+        for text in dict.fromkeys([call.question, call.whole or call.question]):
+            attempt, reason = self._pattern(call, text)
+            if attempt is not None and attempt.ok:
+                break
         trail = {"pattern_choice": attempt.choice.trace()} if attempt is not None else {}
         if attempt is not None and attempt.ok:
             return {"backend": self.name, "path": f"pattern:{attempt.pattern}",
@@ -54,10 +59,15 @@ class GraphBackend:
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
                     "about": self._about(call, str(attempt.pattern)), **trail}
-        run = answer_cypher(call.question, tool, today=call.today, backend=call.profile, usage=call.usage)
+        run = answer_cypher(call.whole or call.question, tool, today=call.today, backend=call.profile,
+                            usage=call.usage)
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
                 "pattern_reason": reason, **trail}
+
+    def findings(self, context: dict[str, Any]) -> list[Finding]:
+        """The rows' text columns: the set a later backend's part of the question is about."""
+        return row_findings(context)
 
     def render(self, context: dict[str, Any]) -> str:
         """The rows, tagged [graph]; a pattern's rows come with what the pattern finds, so the model
@@ -88,7 +98,7 @@ class GraphBackend:
         return graph_patterns_vocabulary(services.settings.graph_patterns_file())
 
     @staticmethod
-    def _pattern(call: BackendCall) -> tuple[PatternAttempt | None, str]:
+    def _pattern(call: BackendCall, question: str) -> tuple[PatternAttempt | None, str]:
         """(the pattern attempt or None, the reason it did not answer). Never raises: any problem of
         the pattern path is a reason to fall back, logged so a broken patterns file is noticed.
         """
@@ -107,8 +117,9 @@ class GraphBackend:
         except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph or the LLM only
             sql = None
         try:
-            attempt = engine.answer(call.question, tool=call.services.graph_tool, today=call.today, usage=call.usage,
-                                    backend=call.profile, engine=sql)
+            attempt = engine.answer(question, tool=call.services.graph_tool, today=call.today, usage=call.usage,
+                                    backend=call.profile, engine=sql, rows_for_later=call.feeds,
+                                    given="\n".join([f.text for f in call.given] + [", ".join(f.values) for f in call.given]))
         except Exception as exc:  # noqa: BLE001 - embeddings or store trouble: the fallback still answers
             log.warning("graph patterns failed: %s", exc)
             return None, f"pattern path failed: {type(exc).__name__}: {exc}"[:400]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.backends.base import BackendCall, render_rows
+from tools.backends.base import BackendCall, Finding, render_rows, row_findings
 from tools.services import Services
 
 
@@ -37,15 +37,19 @@ class SQLBackend:
 
         tool = call.services.sql_tool
         sem = answer_semantic(call.question, tool, call.services.settings.semantic_model_file(), today=call.today,
-                              backend=call.profile, usage=call.usage)
+                              backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
             return {"backend": self.name, "path": "semantic", "semantic_query": sem.query_object, "query": sem.sql,
                     "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": sem.attempts,
                     "settled": sem.settled}
-        run = answer_sql(call.question, tool, today=call.today, backend=call.profile, usage=call.usage)
+        run = answer_sql(_with_findings(call), tool, today=call.today, backend=call.profile, usage=call.usage)
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,
                 "attempts": sem.attempts + run.attempts}
+
+    def findings(self, context: dict[str, Any]) -> list[Finding]:
+        """The rows' text columns, for a backend that runs after this one (see the planner's `chain`)."""
+        return row_findings(context)
 
     def render(self, context: dict[str, Any]) -> str:
         """The rows as a small table tagged [SQL] (both paths alike)."""
@@ -56,3 +60,11 @@ class SQLBackend:
         from tools.backends.vocabulary import semantic_model_vocabulary
 
         return semantic_model_vocabulary(services.settings.semantic_model_file())
+
+
+def _with_findings(call: BackendCall) -> str:
+    """The question for raw text-to-SQL, followed by the sets earlier backends found (it has no
+    value linking of its own for them).
+    """
+    sets = [f"{f.column}: {', '.join(f.values)}" for f in call.given if f.values]
+    return f"{call.question}\n(Found earlier — {'; '.join(sets)})" if sets else call.question

@@ -81,12 +81,17 @@ class PlannerFile(BaseModel):
     matching: Matching
     document_kinds: list[str] = []
     stopwords: list[str] = Field(default_factory=list, description="function words that say nothing about a source")
+    chain: list[str] = Field(
+        default_factory=list,
+        description="the order in which planned backends run; each later one reads what the earlier ones found "
+                    "(a backend not listed runs in the last stage)")
 
 
 @lru_cache(maxsize=1)
 def _file() -> PlannerFile:
     f: PlannerFile = load_model(POLICIES_DIR / "planner.yaml", PlannerFile)
-    for name, given in (("descriptions", f.descriptions), ("matching.offsets", f.matching.offsets)):
+    for name, given in (("descriptions", f.descriptions), ("matching.offsets", f.matching.offsets),
+                        ("chain", dict.fromkeys(f.chain))):
         unknown = set(given) - set(BACKENDS)
         if unknown:
             raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field {name}: unknown backends {sorted(unknown)}; "
@@ -97,6 +102,16 @@ def _file() -> PlannerFile:
 def llm_when_close() -> bool:
     """Whether a close case goes to the LLM planner (`matching.llm_when_close`)."""
     return _file().matching.llm_when_close
+
+
+def stages(names: Sequence[str]) -> list[list[str]]:
+    """`names` (planned backends) as the stages retrieval runs one after the other (`chain`): a
+    backend sees what every earlier stage found; the backends of one stage run in parallel.
+    """
+    order = _file().chain
+    listed = [[n] for n in order if n in names]
+    rest = [n for n in names if n not in order]
+    return [*listed, *([rest] if rest else [])]
 
 
 def descriptions() -> dict[str, str]:
@@ -331,6 +346,24 @@ class Route:
         """The route as the turn trace shows it (`plan_match`)."""
         return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
                 "required": self.required, "best": self.best, "matches": [m.trace() for m in self.matches]}
+
+    def parts(self, chosen: Sequence[str]) -> dict[str, str]:
+        """Which part of the question each chosen backend answers: the parts whose top source it is,
+        in the question's order. Empty unless the question asks two or more things and their top
+        sources are two or more of `chosen`; a chosen backend that tops no part is not listed (it
+        answers the whole question).
+
+        Why: the whole question sent to every source makes each one answer the other's part too
+        ("who was on call …, and how many tickets does that person have?" filled as tickets of the
+        service in that week).
+        """
+        pieces = self.matches[1:]
+        by: dict[str, list[str]] = {}
+        for m in pieces:
+            top = m.best or (m.ranked[0][0] if m.ranked and m.decision != "none" else None)
+            if top is not None and top in chosen:
+                by.setdefault(top, []).append(m.text)
+        return {n: "; ".join(texts) for n, texts in by.items()} if len(by) > 1 else {}
 
 
 def evidence(text: str, services: Services) -> dict[str, float]:

@@ -1,0 +1,255 @@
+"""A question whose later part is about an earlier part's answer is answered in stages.
+
+Retrieval runs the planned backends in the planner policy's `chain` order; a later backend answers its
+own part of the question with what the earlier ones found (`Finding`), and a set found by an earlier
+backend's rows bounds the database query of a part that names no stored value of its own
+(`SemanticLayer.bind`). The real-store tests use the graph pattern and the SQL database of the sample;
+the last one asks the real local model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+import tramita.core.planner_hints as ph
+from graph.context import Context
+from tools.backends import BACKENDS
+from tools.backends.base import BackendCall, Finding, row_findings
+from tools.llm import Usage
+from tools.services import Services
+from tools.sql_tool import SQLTool
+
+MODEL = Path(__file__).resolve().parents[1] / "sample" / "novaops" / "semantic_model.yaml"
+INCIDENT = "INC-2080"  # an incident that hit three services, none of them named in the question sets
+
+
+# ------------------------------------------------------------------------------- stages
+
+def test_stages_follow_the_chain_and_an_unlisted_backend_runs_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ph.stages(["sql", "graph", "docs"]) == [["docs"], ["graph"], ["sql"]]
+    assert ph.stages(["sql"]) == [["sql"]]
+    f = ph._file().model_copy(update={"chain": ["graph"]})
+    monkeypatch.setattr(ph, "_file", lambda: f)
+    assert ph.stages(["sql", "docs", "graph"]) == [["graph"], ["sql", "docs"]]  # the rest run together, last
+
+
+def test_the_planner_file_rejects_a_chain_with_an_unknown_backend(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    (tmp_path / "planner.yaml").write_text("matching: {}\nchain: [docs, ledger, sql]\n", encoding="utf-8")
+    monkeypatch.setattr(ph, "POLICIES_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"planner\.yaml: field chain: unknown backends \['ledger'\]"):
+        ph._file.__wrapped__()
+
+
+def _match(text: str, ranked: list[tuple[str, float]], decision: ph.Decision = "clear") -> ph.Match:
+    best = ranked[0][0] if decision == "clear" else None
+    return ph.Match(text, ranked, decision, best, [ranked[0][0]])
+
+
+def test_each_backend_gets_the_parts_whose_top_source_it_is() -> None:
+    whole = _match("w", [("graph", 0.9), ("sql", 0.8)])
+    route = ph.Route("clear", ["graph", "sql"], ["graph", "sql"],
+                     [whole, _match("which services did it hit", [("graph", 0.9), ("sql", 0.8)]),
+                      _match("how many open tickets do they have", [("sql", 0.9), ("graph", 0.8)], "close"),
+                      _match("and the urgent ones", [("sql", 0.9), ("graph", 0.85)])], "vocabulary match")
+    assert route.parts(["graph", "sql"]) == {"graph": "which services did it hit",
+                                             "sql": "how many open tickets do they have; and the urgent ones"}
+    # a part whose top source is not planned gives nothing; one planned source alone needs no parts
+    assert route.parts(["sql"]) == {}
+    one = ph.Route("clear", ["sql"], ["sql"], [whole, _match("a", [("sql", 0.9)]), _match("b", [("sql", 0.9)])], "")
+    assert one.parts(["sql"]) == {}
+
+
+# ------------------------------------------------------------------------------- the retrieve node
+
+class _Recorder:
+    """A backend that records the call it got and answers one row (pure routing logic, no store)."""
+
+    citation = "rec"
+    planner_description = "a recorder"
+
+    def __init__(self, name: str, rows: list[dict[str, Any]]) -> None:
+        self.name, self.rows, self.calls = name, rows, []  # type: list[BackendCall]
+
+    def available(self, services: Services) -> bool:
+        return True
+
+    def run(self, call: BackendCall) -> dict[str, Any]:
+        self.calls.append(call)
+        return {"backend": self.name, "rows": self.rows}
+
+    def render(self, context: dict[str, Any]) -> str:
+        return "[rec]"
+
+    def findings(self, context: dict[str, Any]) -> list[Finding]:
+        return row_findings(context)
+
+
+def test_a_later_stage_answers_its_own_part_with_what_the_earlier_stage_found(monkeypatch: pytest.MonkeyPatch
+                                                                              ) -> None:
+    from nodes.retrieve import retrieve
+
+    first = _Recorder("first", [{"service": "svc-a", "impact": "primary"}, {"service": "svc-b", "impact": None}])
+    second = _Recorder("second", [{"n": 3}])
+    monkeypatch.setitem(BACKENDS, "first", first)
+    monkeypatch.setitem(BACKENDS, "second", second)
+    f = ph._file().model_copy(update={"chain": ["first", "second"]})
+    monkeypatch.setattr(ph, "_file", lambda: f)
+    question = "which services did it hit, and how many tickets do they have?"
+    state: Any = {"messages": [HumanMessage(question)],
+                  "plan": {"backends": ["second", "first"], "parts": {"first": "which services did it hit",
+                                                                     "second": "how many tickets do they have"}}}
+    out = retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    assert [c["backend"] for c in out["contexts"]] == ["first", "second"]
+    (early,), (late,) = first.calls, second.calls
+    assert early.question == "which services did it hit" and early.whole == question
+    assert early.feeds and not early.given
+    assert late.question == "how many tickets do they have" and late.whole == question and not late.feeds
+    assert Finding("first", column="service", values=("svc-a", "svc-b")) in late.given
+    assert Finding("first", column="impact", values=("primary",)) in late.given  # empty cells say nothing
+
+
+def test_rows_hand_on_only_their_text_columns_and_a_failed_run_hands_on_nothing() -> None:
+    ctx = {"backend": "graph", "rows": [{"name": "Ana", "n": 2, "week": "2026-W19"},
+                                        {"name": "Rui", "n": 3, "week": "2026-W19"}]}
+    assert row_findings(ctx) == [Finding("graph", column="name", values=("Ana", "Rui")),
+                                 Finding("graph", column="week", values=("2026-W19",))]
+    assert row_findings({**ctx, "error": "timed out"}) == []
+    assert row_findings({"backend": "graph", "rows": []}) == []
+
+
+# ------------------------------------------------------------------------------- real stores
+
+@pytest.fixture
+def tool(novaops: Path) -> SQLTool:
+    return SQLTool(f"sqlite:///{novaops}")
+
+
+def _graph_findings(services: Services, part: str, whole: str = "", *, feeds: bool = True
+                    ) -> tuple[dict[str, Any], list[Finding]]:
+    call = BackendCall(question=part, today="2026-05-15", profile="scripted", services=services, usage=Usage(),
+                       whole=whole or part, feeds=feeds)
+    ctx = BACKENDS["graph"].run(call)
+    return ctx, BACKENDS["graph"].findings(ctx)  # type: ignore[attr-defined]
+
+
+def test_a_graph_pattern_that_feeds_a_later_backend_answers_despite_an_aggregate_word(
+        novaops_services: Services) -> None:
+    question = f"How many services did {INCIDENT} hit?"
+    alone, _ = _graph_findings(novaops_services, question, feeds=False)
+    assert alone["path"] == "fallback" and "aggregate" in alone["pattern_reason"]  # patterns return rows
+    fed, found = _graph_findings(novaops_services, question, feeds=True)  # a later backend counts them
+    assert fed["path"].startswith("pattern:") and len(fed["rows"]) == 3 and found
+
+
+def test_the_graph_tries_the_whole_question_when_its_part_names_too_little(novaops_services: Services) -> None:
+    ctx, _ = _graph_findings(novaops_services, "name those services too",
+                             f"Which services did {INCIDENT} hit? Name those services too.")
+    assert ctx["path"].startswith("pattern:") and len(ctx["rows"]) == 3, ctx.get("pattern_reason")
+
+
+def test_graph_rows_bound_a_later_count_on_the_real_database(novaops_services: Services, tool: SQLTool,
+                                                              novaops: Path) -> None:
+    from tools.semantic_layer import earlier_values, layer_for
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    ctx, found = _graph_findings(novaops_services, f"Which services did {INCIDENT} hit",
+                                 f"Which services did {INCIDENT} hit, and how many active tickets do they have?")
+    assert ctx["path"].startswith("pattern:"), ctx.get("pattern_reason")
+    layer = layer_for(MODEL, tool)
+    index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
+    hits, bound = earlier_values(index, found)
+    services = sorted(r["service"] for r in ctx["rows"])
+    assert ("services", "service_id", tuple(sorted(services))) in [(t, c, tuple(sorted(v))) for t, c, v in bound]
+    asked = layer.parse({"expressible": True, "measures": ["tickets.count"], "segments": ["tickets.active"]})
+    settled, notes = layer.bind(asked, bound)
+    assert notes and "an earlier source found" in notes[0]
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') AND service_id IN "
+                          f"({', '.join(repr(s) for s in services)})")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled).sql)]
+    unbound = [tuple(r.values()) for r in tool.query(layer.compile(asked).sql)]
+    assert ours == gold and unbound != gold  # without the set the count is every active ticket
+
+
+def test_a_query_that_bounds_the_entity_itself_is_left_alone(tool: SQLTool) -> None:
+    from tools.semantic_layer import layer_for
+
+    layer = layer_for(MODEL, tool)
+    own = layer.parse({"expressible": True, "measures": ["tickets.count"],
+                       "filters": [{"field": "services.service_id", "op": "=", "value": "auth-service"}]})
+    assert layer.bind(own, [("services", "service_id", ("api-gateway", "web-frontend"))]) == (own, [])
+    # a set no dimension reads (or none the query reaches) bounds nothing either
+    assert layer.bind(own, [("document_references", "entity_id", ("x",))]) == (own, [])
+
+
+def test_earlier_values_take_the_form_each_column_stores(tool: SQLTool) -> None:
+    from tools.semantic_layer import earlier_values
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
+    _, bound = earlier_values(index, [Finding("graph", column="s", values=("api-gateway", "web-frontend"))])
+    columns = [(t, c) for t, c, _ in bound]
+    # ids exactly as the rows show them come before a column that stores them another way (a name)
+    assert columns.index(("services", "service_id")) < columns.index(("services", "name"))
+    names = dict(((t, c), v) for t, c, v in bound)[("services", "name")]
+    assert names != ("api-gateway", "web-frontend")  # the stored names, which filters must use
+    # a value no column stores bounds nothing
+    assert earlier_values(index, [Finding("graph", column="s", values=("api-gateway", "no-such-thing"))])[1] == []
+
+
+def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_counts_over_the_set_the_graph_found(novaops_settings: Any, novaops: Path, pristine: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole chain with the real local model: the graph's pattern finds the services, then the
+    semantic layer's fill answers "how many active tickets do those services have" over them."""
+    from nodes.retrieve import retrieve
+
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", os.environ.get("TRAMITA_MODELS_DIR") or str(pristine / "models"))
+    services = Services(dataclasses.replace(novaops_settings, llm_profile="local"))
+    question = f"Which services did {INCIDENT} hit? And how many active tickets do those services have?"
+    state: Any = {"messages": [HumanMessage(question)],
+                  "plan": {"backends": ["graph", "sql"], "parts": {
+                      "graph": f"Which services did {INCIDENT} hit",
+                      "sql": "how many active tickets do those services have"}}}
+    out = retrieve(state, SimpleNamespace(context=Context(services=services, llm_backend="local",  # type: ignore[arg-type]
+                                                          today="2026-05-15")))
+    graph, sql = out["contexts"]
+    assert graph["backend"] == "graph" and graph["path"].startswith("pattern:"), graph
+    hit = sorted(r["service"] for r in graph["rows"])
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') AND service_id IN "
+                          f"({', '.join(repr(s) for s in hit)})")
+    assert sql["backend"] == "sql" and sql["path"] == "semantic", sql
+    assert [tuple(r.values()) for r in sql["rows"]] == gold, sql
+
+
+def test_a_set_of_people_bounds_through_the_role_the_question_names_and_no_other(tool: SQLTool,
+                                                                                 novaops: Path) -> None:
+    from tools.semantic_layer import layer_for
+
+    layer = layer_for(MODEL, tool)
+    people = [("employees", "full_name", ("Samuel Dias", "Rafaela Lima"))]
+    asked = layer.parse({"expressible": True, "measures": ["tickets.count"], "segments": ["tickets.active"]})
+    settled, notes = layer.bind(asked, people, "how many active tickets are assigned to those people?")
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets t JOIN employees e ON e.employee_id = t.assignee_id "
+                          "WHERE t.status IN ('open', 'in_progress') AND e.full_name IN ('Samuel Dias', 'Rafaela Lima')")
+    assert notes and [tuple(r.values()) for r in tool.query(layer.compile(settled).sql)] == gold
+    # tickets reach people as requester or as assignee: a question that names neither binds nothing
+    assert layer.bind(asked, people, "how many active tickets do those people have?") == (asked, [])
