@@ -871,3 +871,21 @@ def test_real_model_gets_most_semantic_queries_right() -> None:
     if len(RIGHT) < len(REAL_QUESTIONS):
         pytest.skip("run together with test_real_model_answers_on_the_semantic_path")
     assert sum(RIGHT) >= 2, RIGHT
+
+
+def test_two_equalities_on_one_column_become_either_value(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """"x = a AND x = b" matches no row: the model wrote the two services a question named as two
+    equalities, and the count was 0. One `in` filter answers it; one equality stays as it is."""
+    filled = {"expressible": True, "measures": ["tickets.count"], "segments": ["tickets.active"],
+              "filters": [{"field": "services.service_id", "op": "=", "value": "api-gateway"},
+                          {"field": "services.service_id", "op": "=", "value": "web-frontend"}]}
+    question = "how many active tickets do api-gateway and web-frontend have?"
+    raw = layer.parse(filled)
+    settled, notes = layer.settle(raw, question)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') "
+                          "AND service_id IN ('api-gateway', 'web-frontend')")
+    assert _answer(layer, tool, settled) == gold and gold != [(0,)]
+    assert _answer(layer, tool, raw) == [(0,)]
+    assert any("cannot equal 2 values" in n for n in notes)
+    one = layer.parse({**filled, "filters": filled["filters"][:1]})
+    assert layer.settle(one, question)[0].filters == one.filters

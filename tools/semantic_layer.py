@@ -638,11 +638,12 @@ class SemanticLayer:
         """
         tokens = re.findall(r"\w+", fold(question))
         text = " " + " ".join(tokens) + " "
-        filters = [flt for flt in q.filters if not self._column_word(*flt)]
-        dropped: list[str] = [f"filter {f} = {v!r} (the word for the column, not a value)"
-                              for f, o, v in q.filters if (f, o, v) not in filters]
+        merged, either = _either(q.filters)
+        filters = [flt for flt in merged if not self._column_word(*flt)]
+        dropped: list[str] = [*either, *(f"filter {f} = {v!r} (the word for the column, not a value)"
+                                         for f, o, v in merged if (f, o, v) not in filters)]
         # a column the question names by its word is one it asks to see ("e quem lidera?")
-        shown = [self._shown_for(f) for f, o, v in q.filters if (f, o, v) not in filters]
+        shown = [self._shown_for(f) for f, o, v in merged if (f, o, v) not in filters]
         filters, segments, named = self._segment_filters(filters, list(q.segments))
         dropped += named
         said_segments = self._said_segments(q, segments, filters, text)
@@ -1434,6 +1435,30 @@ class SemanticLayer:
             if word:
                 add(f"'{word}' → {ename}")
         return out
+
+
+def _either(filters: list[tuple[str, str, Any]]) -> tuple[list[tuple[str, str, Any]], list[str]]:
+    """Two or more `=` filters on one field with different values become one `in` filter: one
+    column cannot equal two values, so "x = a AND x = b" matches no row, and a question that names
+    two values ("those two services") asks about either.
+    """
+    values: dict[str, list[Any]] = {}
+    for f, op, v in filters:
+        if op == "=" and not isinstance(v, list):
+            values.setdefault(f, [])
+            if v not in values[f]:
+                values[f].append(v)
+    several = {f: vs for f, vs in values.items() if len(vs) > 1}
+    if not several:
+        return filters, []
+    out: list[tuple[str, str, Any]] = []
+    for f, op, v in filters:
+        if f in several and op == "=" and not isinstance(v, list):
+            if (f, "in", several[f]) not in out:
+                out.append((f, "in", several[f]))
+        else:
+            out.append((f, op, v))
+    return out, [f"filter {f} in {vs!r} (one column cannot equal {len(vs)} values at once)" for f, vs in several.items()]
 
 
 def _join_note(join: Join) -> str:
