@@ -639,3 +639,27 @@ def test_columns_that_only_echo_a_given_value_are_dropped() -> None:
     mixed = [{"name": "Ana", "role": "primary"}, {"name": "Rui", "role": "secondary"}]
     assert drop_echoed_columns(mixed, {"role": ["primary", "secondary"]}) == mixed
     assert drop_echoed_columns([{"role": "primary"}], {"role": "primary"}) == [{"role": "primary"}]
+
+
+def test_without_columns_leaves_out_the_projection_and_the_order_of_dropped_aliases() -> None:
+    from tools.graph_patterns import without_columns
+
+    cypher = ("MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service {service_id: $service})\nWHERE o.week = $week\n"
+              "RETURN e.name AS name, o.role AS role, o.week AS week\nORDER BY role, name DESC\nLIMIT 5")
+    out = without_columns(cypher, {"role", "week"})
+    assert out is not None and out.endswith("RETURN e.name AS name\nORDER BY name DESC\nLIMIT 5")
+    assert without_columns(cypher, {"name", "role", "week"}) is None  # at least one column stays
+    assert without_columns(cypher, {"other"}) is None
+    only = without_columns("MATCH (s) RETURN DISTINCT s.id AS id, min(length(p, 2)) AS hops ORDER BY hops", {"hops"})
+    assert only == "MATCH (s) RETURN DISTINCT s.id AS id"  # a comma inside a call is not a column break
+
+
+def test_the_recorded_query_gives_the_rows_synthesis_read(models_dir: None, novaops_services: Services) -> None:
+    """A column that only repeats a value the question gave is left out of the rows; the recorded
+    query is narrowed the same way, so re-running it (the evals, a reader of the trace) gives those
+    rows and not the declared pattern's wider ones."""
+    ctx, usage = _call(novaops_services, "Which services did INC-2080 hit downstream?")
+    assert ctx["path"] == "pattern:incident_services" and usage.calls == 0, ctx.get("pattern_reason")
+    assert all(set(r) == {"service"} for r in ctx["rows"]) and ctx["rows"]
+    assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
+    assert novaops_services.graph_tool.query(ctx["cypher"], ctx["params"]) == ctx["rows"]

@@ -801,10 +801,13 @@ class PatternEngine:
         attempt.cypher = pattern.cypher.for_backend(tool.backend)
         attempt.params = {p.name: filled.values[p.name] for p in pattern.parameters}
         try:
-            attempt.rows = drop_echoed_columns(tool.query(attempt.cypher, attempt.params), attempt.params)
+            rows = tool.query(attempt.cypher, attempt.params)
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
+        attempt.rows = drop_echoed_columns(rows, attempt.params)
+        if attempt.rows is not rows:
+            attempt.cypher = _narrowed(tool, attempt.cypher, attempt.params, rows, attempt.rows)
         attempt.ok = True
         return attempt
 
@@ -826,6 +829,68 @@ def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> l
     if not echoed or len(echoed) == len(columns):
         return rows
     return [{c: v for c, v in r.items() if c not in echoed} for r in rows]
+
+
+_RETURN = re.compile(r"\bRETURN\s+(?:DISTINCT\s+)?", re.IGNORECASE)
+_TAIL = re.compile(r"\s+(?:ORDER\s+BY|SKIP|LIMIT)\b", re.IGNORECASE)
+_ORDER = re.compile(r"(\s+ORDER\s+BY\s+)(.*?)(\s+(?:SKIP|LIMIT)\b.*)?$", re.IGNORECASE | re.DOTALL)
+
+
+def _top_level(text: str) -> list[str]:
+    """`text` split at the commas outside parentheses and brackets (a RETURN or ORDER BY list)."""
+    items: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return [it for it in items if it]
+
+
+def without_columns(cypher: str, drop: set[str]) -> str | None:
+    """`cypher` whose final RETURN no longer projects the aliases in `drop` (nor orders by them);
+    None when there is nothing to drop or the clause cannot be read. Only for columns that hold one
+    value in every row: leaving them out changes neither the rows nor their order.
+    """
+    found = list(_RETURN.finditer(cypher))
+    if not found:
+        return None
+    head, body = cypher[: found[-1].end()], cypher[found[-1].end():]
+    tail_at = _TAIL.search(body)
+    projection, tail = (body[: tail_at.start()], body[tail_at.start():]) if tail_at else (body, "")
+
+    def name(item: str) -> str:
+        alias = re.search(r"\bAS\s+(\w+)\s*$", item, re.IGNORECASE)
+        return alias.group(1) if alias else item.strip()
+
+    items = _top_level(projection)
+    kept = [it for it in items if name(it) not in drop]
+    if not kept or len(kept) == len(items):
+        return None
+    order = _ORDER.match(tail)
+    if order:
+        keys = [k for k in _top_level(order.group(2)) if k.split()[0] not in drop]
+        tail = (f"{order.group(1)}{', '.join(keys)}" if keys else "") + (order.group(3) or "")
+    return head + ", ".join(kept) + tail
+
+
+def _narrowed(tool: GraphTool, cypher: str, params: dict[str, Any], rows: list[dict[str, Any]],
+              shown: list[dict[str, Any]]) -> str:
+    """The pattern's Cypher without the echoed columns, when it gives exactly the rows shown; else
+    the Cypher as declared. Why: the query a context records is the one that gives its rows, so
+    whoever re-runs it (the evals, a user reading the trace) sees what synthesis read.
+    """
+    narrowed = without_columns(cypher, set(rows[0]) - set(shown[0])) if rows and shown else None
+    if narrowed is None:
+        return cypher
+    try:
+        again = tool.query(narrowed, params)
+    except Exception:  # noqa: BLE001 - a dialect the rewrite does not fit: the declared query stays
+        return cypher
+    return narrowed if again == shown else cypher
 
 
 _ARTICLES = frozenset("o a os as the".split())
