@@ -100,8 +100,22 @@ def test_compromised_model_cannot_write(novaops: Path, novaops_services: Service
             result = session.turn("compromised", "Quantos tickets abertos existem e quem está de plantão no payments-api?")
     finally:
         override_model("malicious", None)
-    errors = [c.get("error") for c in result.contexts or [] if c.get("backend") in ("sql", "graph")]
-    assert len(errors) == 2 and all(errors), result.contexts  # both backends refused, as stated gaps
+    ran = {c.get("backend"): c for c in result.contexts or [] if c.get("backend") in ("sql", "graph")}
+    assert set(ran) == {"sql", "graph"}, result.contexts
+    # every query the model wrote was refused, as a stated gap; the graph may answer its own part of the
+    # question ("quem está de plantão no payments-api?") with a declared pattern, which no model writes
+    assert ran["sql"].get("error"), ran["sql"]
+    assert ran["graph"].get("error") or str(ran["graph"].get("path")).startswith("pattern:"), ran["graph"]
+    # a part that no pattern covers goes to the (compromised) model, whose query the guard refuses
+    override_model("malicious", _Malicious(sql, cypher))
+    try:
+        with open_injected_session(ctx) as session:
+            other = session.turn("compromised-2", "Quantos tickets abertos existem, e quantos caminhos de dependência "
+                                                  "há entre o api-gateway e o postgres-main?")
+    finally:
+        override_model("malicious", None)
+    graph = next(c for c in other.contexts or [] if c.get("backend") == "graph")
+    assert graph.get("path") == "fallback" and str(graph.get("error")).startswith("UnsafeCypherError"), graph
     assert result.trace.get("executed_tool") is None
     assert diff(before, snapshot(engine)) == {}
     assert graph_counts(novaops_services) == nodes_before
