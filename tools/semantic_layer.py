@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -1341,8 +1341,11 @@ class SemanticLayer:
             out.append(f"Q: {ex.question}\nA: {json.dumps(shown, ensure_ascii=False)}")
         return "\n".join(out)
 
+    @cached_property
     def column_dimensions(self) -> dict[tuple[str, str], list[str]]:
-        """(table, column) -> the dimensions (entity.dimension) that read that stored column."""
+        """(table, column) -> the dimensions (entity.dimension) that read that stored column; derived
+        once per layer (the model is fixed), since hints, `bind` and the fill each read it per question.
+        """
         by_column: dict[tuple[str, str], list[str]] = {}
         for ename, ent in self.spec.entities.items():
             for dname, d in ent.dimensions.items():
@@ -1365,7 +1368,7 @@ class SemanticLayer:
         if not q.expressible or not bound:
             return q, []
         filtered = {found[1] for f, _, _ in q.filters if (found := self._dimension(f)) is not None}
-        by_column = self.column_dimensions()
+        by_column = self.column_dimensions
         text = " " + " ".join(fold(question).split()) + " "
         for table, column, values in bound:
             for dim in by_column.get((table, column), []):
@@ -1398,7 +1401,7 @@ class SemanticLayer:
                 seen.add(line)
                 out.append(line)
 
-        by_column = self.column_dimensions()
+        by_column = self.column_dimensions
         for table, column, value in value_hits:
             for name in by_column.get((table, column), []):
                 add(f"{name} = {value!r}")
@@ -1798,7 +1801,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         return run
     earlier, bound = earlier_values(index, given)
     hints = layer.hints(question, [*hits, *earlier], today)
-    by_column = layer.column_dimensions()
+    by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
     static = {"model": layer.describe(), "examples": layer.examples_text()}
     asked = question
