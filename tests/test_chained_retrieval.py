@@ -27,7 +27,7 @@ from tools.services import Services
 from tools.sql_tool import SQLTool
 
 MODEL = Path(__file__).resolve().parents[1] / "sample" / "novaops" / "semantic_model.yaml"
-INCIDENT = "INC-2080"  # an incident that hit three services, none of them named in the question sets
+INCIDENT = "INC-2080"  # an incident that hit three services, one that no question set asks about
 
 
 # ------------------------------------------------------------------------------- stages
