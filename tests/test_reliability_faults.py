@@ -214,7 +214,7 @@ def test_postgres_read_only_business_database(own_cluster: PgCluster, pristine: 
             assert doctor["SQL database"][0] is True
             q = session.turn("ro-q", "quantas despesas estão pendentes?")
             sql = [c for c in q.contexts or [] if c["backend"] == "sql"]
-            assert sql and not sql[0]["error"] and sql[0]["rows"] == [{"n": 44}]  # reads still work
+            assert sql and not sql[0]["error"] and [list(r.values()) for r in sql[0]["rows"]] == [[44]]  # reads work
             read_only(False)
             r = session.turn("ro", "sim")
             assert r.trace.get("executed_tool") == "approve_expense"

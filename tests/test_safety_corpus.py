@@ -97,7 +97,9 @@ def test_compromised_model_cannot_write(novaops: Path, novaops_services: Service
     try:
         ctx = Context(user_id="E003", today="2026-05-15", llm_backend="malicious", services=novaops_services)
         with open_injected_session(ctx) as session:
-            result = session.turn("compromised", "Quantos tickets abertos existem e quem está de plantão no payments-api?")
+            # "por prioridade": a breakdown, which the model fills (a plain count needs no model call)
+            result = session.turn("compromised",
+                                  "Quantos tickets abertos existem por prioridade e quem está de plantão no payments-api?")
     finally:
         override_model("malicious", None)
     ran = {c.get("backend"): c for c in result.contexts or [] if c.get("backend") in ("sql", "graph")}

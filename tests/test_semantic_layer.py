@@ -761,12 +761,13 @@ def _services(novaops: Path, profile: str) -> Any:
 
 
 def test_the_backend_falls_back_to_text_to_sql_and_says_so(novaops: Path) -> None:
-    """The scripted model cannot fill the query object: the answer comes from raw text-to-SQL."""
+    """The scripted model cannot fill the query object: the answer comes from raw text-to-SQL. (The
+    question has a word the direct fill cannot account for, "sistema", so the LLM is asked.)"""
     from tools.backends.base import BackendCall
     from tools.backends.sql import SQLBackend
     from tools.llm import Usage
 
-    call = BackendCall(question="Quantas despesas estão pendentes?", today="2026-05-15", profile="scripted",
+    call = BackendCall(question="Quantas despesas estão pendentes no sistema?", today="2026-05-15", profile="scripted",
                        services=_services(novaops, "scripted"), usage=Usage())
     ctx = SQLBackend().run(call)
     assert ctx["path"] == "fallback" and ctx["semantic_error"] and not ctx["error"]
@@ -784,7 +785,7 @@ def test_the_backend_answers_on_the_semantic_path(novaops: Path) -> None:
 
     def respond(prompt: str) -> str:
         if prompt.startswith("You turn a question about the database"):
-            assert 'Question: """How many expenses are pending?"""' in prompt
+            assert 'Question: """How many expenses are pending on paper?"""' in prompt
             return json.dumps({"expressible": True, "measures": ["expenses.count"], "dimensions": [], "segments": [],
                                "filters": [{"field": "expenses.status", "op": "=", "value": "pendente"}],
                                "order": [], "limit": None})
@@ -793,7 +794,8 @@ def test_the_backend_answers_on_the_semantic_path(novaops: Path) -> None:
     usage = Usage()
     override_model("scripted", ScriptedChatModel(responder=respond))
     try:
-        call = BackendCall(question="How many expenses are pending?", today="2026-05-15", profile="scripted",
+        # "paper": a word the direct fill cannot account for, so the LLM fills the object
+        call = BackendCall(question="How many expenses are pending on paper?", today="2026-05-15", profile="scripted",
                            services=_services(novaops, "scripted"), usage=usage)
         ctx = SQLBackend().run(call)
     finally:

@@ -99,6 +99,10 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that ask for an aggregate per group (per, each, por)")
     time_cues: dict[str, list[str]] = Field(
         default_factory=dict, description="words that bound or place a question in time (since, hoje, last)")
+    list_cues: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that ask for the rows of an entity (which, quais, list)")
+    carrier_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that carry no slot of a query (articles, auxiliaries, 'now')")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -526,6 +530,15 @@ class SemanticLayer:
             frontier = nxt
         self._paths[base] = best
         return best
+
+    def resolve(self, name: str, base: str, kind: str) -> Ref | None:
+        """The join path and member `name` reaches from `base` (a dimension, measure or segment), or
+        None where it is unknown, unreachable or reachable in several ways.
+        """
+        try:
+            return self._resolve(name, base, kind)
+        except SemanticQueryError:
+            return None
 
     def _resolve(self, name: str, base: str, kind: str) -> Ref:
         prefix, _, member = name.partition(".")
@@ -1000,8 +1013,8 @@ class SemanticLayer:
                      text: str, filters: list[tuple[str, str, Any]]) -> list[str]:
         """The dimensions that list the rows behind a lone count the question does not ask for
         ("Which open tickets …?", "Quais serviços são tier 2?" filled as a count): the dimensions
-        the model chose to show, else the count's `drill_members` and the columns the question
-        bounds by a range or a period ("not touched since March", "joined in 2025"). [] when the
+        the model chose to show, else the count's `drill_members` (less those an `=` filter fixes)
+        and the columns the question bounds by a range or a period ("not touched since March", "joined in 2025"). [] when the
         question asks for a number or a ranking: an aggregation or count word, a superlative, a
         breakdown word ("per", "cada"), or an order on the count.
         """
@@ -1020,7 +1033,11 @@ class SemanticLayer:
             return shown
         ranged = [f for f, op, _ in filters if f.startswith(f"{entity}.") and f not in self.measure_names and (
             op in ("<", "<=", ">", ">=", "between") or self._dated(f))]
-        return list(dict.fromkeys([*(f"{entity}.{d}" for d in m.drill_members), *ranged]))
+        # a member an `=` filter fixes is the same in every row: it repeats the question ("which
+        # services are degraded?" needs no status column), as for the model's own dimensions
+        fixed = {f for f, op, v in filters if op == "=" and not isinstance(v, list)}
+        drill = [f"{entity}.{d}" for d in m.drill_members]
+        return list(dict.fromkeys([*([d for d in drill if d not in fixed] or drill), *ranged]))
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
         """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
@@ -1746,6 +1763,9 @@ class SemanticRun:
     reason: str = ""
     fatal: bool = False  # the database is down: falling back cannot help
     settled: list[str] = field(default_factory=list)  # dimensions `SemanticLayer.settle` dropped, and why
+    direct: bool = False  # filled by `tools.semantic_direct` without an LLM call
+    accounted: dict[str, str] = field(default_factory=dict)  # the direct fill: each word -> what it stands for
+    repairable: bool = False  # the last refusal is one the LLM may correct (a SemanticQueryError)
 
 
 def earlier_values(index: Any, given: Sequence[Finding]
@@ -1777,13 +1797,15 @@ def earlier_values(index: Any, given: Sequence[Finding]
 
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
                     usage: Any, given: Sequence[Finding] = ()) -> SemanticRun:
-    """Fill the query object with ONE LLM call, compile it, run it through `tool.query`; a refusal
-    is shown to the LLM once (`MAX_REPAIRS`), then the run reports why it gave up. `given`: what
+    """Fill the query object with ONE LLM call (none when `tools.semantic_direct` accounts for every
+    word), compile it, run it through `tool.query`; a refusal is shown to the LLM once
+    (`MAX_REPAIRS`), then the run reports why it gave up. `given`: what
     earlier backends of the turn found; their names are hints, and a set their rows form bounds a
     query whose question part names no stored value of its own (`SemanticLayer.bind`).
     """
     from tools.database import DatabaseUnavailable
     from tools.llm import LLMError, structured_call
+    from tools.semantic_direct import direct_query
     from tools.sql_schema import load_schema
     from tools.sql_values import value_index
 
@@ -1803,6 +1825,18 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     hints = layer.hints(question, [*hits, *earlier], today)
     by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
+    direct = direct_query(layer, question, hits, today)
+    if direct is not None:  # every word accounted for: no LLM call
+        run.direct, run.settled, run.accounted = True, list(direct.settled), dict(direct.words)
+        q = direct.query
+        if not hits:
+            q, bound_note = layer.bind(q, bound, question)
+            run.settled += bound_note
+        if _execute(layer, q, tool, run) or run.fatal:
+            return run
+        run.direct, run.accounted = False, {}
+        run.settled = [f"direct fill refused ({run.reason}); the LLM fills the query"]
+        run.sql, run.rows, run.reason = "", [], ""
     static = {"model": layer.describe(), "examples": layer.examples_text()}
     asked = question
     for attempt in range(MAX_REPAIRS + 1):
@@ -1818,7 +1852,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
-        q, run.settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
+        q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
+        run.settled += settled
         if not hits:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
@@ -1826,24 +1861,35 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         if not q.expressible:
             run.reason = "the model says the semantic layer cannot express this question"
             return run
-        try:
-            compiled = layer.compile(q, stored_values(tool))
-            run.query_object = compiled.query.as_json()
-            run.sql = compiled.sql
-            run.rows = tool.query(compiled.sql)
-            run.ok = True
-            return run
-        except SemanticQueryError as exc:
-            run.reason = str(exc)[:400]
-        except DatabaseUnavailable as exc:
-            run.reason, run.fatal = str(exc)[:400], True
-            return run
-        except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: raw SQL answers instead
-            run.reason = f"{type(exc).__name__}: {exc}"[:400]
+        if _execute(layer, q, tool, run) or run.fatal or not run.repairable:
             return run
         asked = (f"{question}\n(Your previous query {json.dumps(run.query_object, ensure_ascii=False)} was refused: "
                  f"{run.reason}. Write a corrected query, or expressible=false.)")
     return run
+
+
+def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:
+    """Compile `q` and run it through `tool.query` into `run`; False with `run.reason` (and
+    `run.fatal` when the database is down, `run.repairable` when the LLM may correct it) otherwise.
+    """
+    from tools.database import DatabaseUnavailable
+
+    run.query_object = q.as_json()
+    run.repairable = False
+    try:
+        compiled = layer.compile(q, stored_values(tool))
+        run.query_object = compiled.query.as_json()
+        run.sql = compiled.sql
+        run.rows = tool.query(compiled.sql)
+        run.ok = True
+        return True
+    except SemanticQueryError as exc:
+        run.reason, run.repairable = str(exc)[:400], True
+    except DatabaseUnavailable as exc:
+        run.reason, run.fatal = str(exc)[:400], True
+    except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: raw SQL answers instead
+        run.reason = f"{type(exc).__name__}: {exc}"[:400]
+    return False
 
 
 def check_model(path: Path, engine: Any) -> dict[str, int]:

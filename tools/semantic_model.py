@@ -138,6 +138,10 @@ class Entity(_Strict):
     measures: dict[str, Measure] = Field(default_factory=dict)
     segments: dict[str, Segment] = Field(default_factory=dict)
     joins: dict[str, Join] = Field(default_factory=dict)
+    # the date a period the question names applies to when it names no date itself ("incidents in
+    # 2025": opened, not resolved); MetricFlow calls it the aggregation time dimension. Default: the
+    # entity's only dimension with time grains, if it has exactly one.
+    time_dimension: str | None = None
 
     def table_name(self, name: str) -> str:
         """The table behind the entity named `name`."""
@@ -190,6 +194,10 @@ def check_spec(spec: SemanticModelSpec) -> list[str]:
                 names[name] = kind
         if ent.primary_key is not None and ent.primary_key not in ent.dimensions:
             problems.append(f"{at}.primary_key: {ent.primary_key!r} is not a dimension of {ename}")
+        if ent.time_dimension is not None and not (
+                ent.time_dimension in ent.dimensions and ent.dimensions[ent.time_dimension].time_grains):
+            problems.append(f"{at}.time_dimension: {ent.time_dimension!r} is not a dimension of {ename} "
+                            "with time_grains")
         for dname, dim in ent.dimensions.items():
             dat = f"{at}.dimensions.{dname}"
             if dim.column and dim.expr:

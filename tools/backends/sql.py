@@ -2,8 +2,8 @@
 
 Measured on this project's questions: the small local model writes wrong joins and filters when it
 writes SQL from scratch, and fills a small typed query object well. So the backend asks the semantic
-layer first (`tools.semantic_layer`: one LLM call fills the object, boring-semantic-layer compiles
-it) and falls back to text-to-SQL over the linked schema (`tools.text_to_sql`) when the LLM says the
+layer first (`tools.semantic_layer`: one LLM call fills the object, or none when
+`tools.semantic_direct` accounts for every word; boring-semantic-layer compiles it) and falls back to text-to-SQL over the linked schema (`tools.text_to_sql`) when the LLM says the
 model cannot express the question or the object is refused. Both paths run their SQL through
 SQLTool's read-only guard; the context records which one answered (`path`).
 """
@@ -39,9 +39,10 @@ class SQLBackend:
         sem = answer_semantic(call.question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
-            return {"backend": self.name, "path": "semantic", "semantic_query": sem.query_object, "query": sem.sql,
-                    "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": sem.attempts,
-                    "settled": sem.settled}
+            context = {"backend": self.name, "path": "semantic:direct" if sem.direct else "semantic",
+                       "semantic_query": sem.query_object, "query": sem.sql, "rows": sem.rows[:50],
+                       "error": None if sem.ok else sem.reason, "attempts": sem.attempts, "settled": sem.settled}
+            return {**context, "accounted": sem.accounted} if sem.direct else context
         run = answer_sql(_with_findings(call), tool, today=call.today, backend=call.profile, usage=call.usage)
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,

@@ -535,7 +535,9 @@ MODEL_FAULT_TURNS: tuple[str, ...] = (
     "cancela",
     "quero tratar o reembolso EXP-0264",  # close candidates: the router is asked
     "cancela",
-    "quantas despesas estão pendentes?",  # planner, text-to-SQL, text-to-Cypher, synthesis
+    # planner, the semantic layer's fill, text-to-SQL, synthesis ("por categoria" is a breakdown,
+    # which the model fills: a plain count would be read without any model call)
+    "quantas despesas estão pendentes por categoria?",
 )
 
 
