@@ -5,8 +5,9 @@ Why: on 2 cores the call that fills a query object costs seconds, and for "how m
 are there?" it can only add what the question does not say. So a question is filled here when EVERY
 word of it is accounted for by the model (`tools.semantic_model`) or by the cue file
 (`policies/query_cues.yaml`):
-- a count cue ("how many", "quantos") or a list cue ("which", "liste"), followed by the entity it
-  counts or lists, with only values, segments and carrier words between;
+- a count or aggregation cue ("how many", "quantos", "average") or a list cue ("which", "liste"),
+  followed by the entity it counts or lists, with only values, segments and carrier words between;
+  or no cue at all, and words for columns of the entity (a lookup: "Juliana Costa approval limit?");
 - stored values the database's value index found, or the model's words for a value;
 - one period (a year, ISO week, quarter, month, or a calendar phrase) on the date the question
   names, or else on the entity's `time_dimension` (or its only date);
@@ -170,8 +171,8 @@ def _mentions(layer: SemanticLayer, question: str, hits: list[tuple[str, str, st
 
 def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str, str]], today: str
                  ) -> DirectFill | None:
-    """The query object for a count or list question that the model accounts for word by word, or
-    None (the LLM fills it). `hits`: the value index's (table, column, value) for the question.
+    """The query object for a count, aggregate, list or lookup question that the model accounts for
+    word by word, or None (the LLM fills it). `hits`: the value index's (table, column, value) for the question.
     """
     words, mentions = _mentions(layer, question, hits, today)
     if not words:
@@ -182,26 +183,28 @@ def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str,
         o.kind != m.kind and o.start <= m.start and m.end <= o.end and o.end - o.start > m.end - m.start
         for o in named)]
     bases = sorted({m.name for m in mentions if m.kind == "entity"}
-                   | {m.name.split(".", 1)[0] for m in mentions if m.kind == "agg" and m.name})
+                   | {m.name.split(".", 1)[0] for m in mentions if m.kind in ("agg", "column") and m.name})
     fills = [f for b in bases if (f := _read_as(layer, b, question, words, mentions, hits)) is not None]
     return fills[0] if len(fills) == 1 else None
 
 
 def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], mentions: list[Mention],
              hits: list[tuple[str, str, str]]) -> DirectFill | None:
-    """The question read with `base` as the entity counted or listed, if every word fits that reading."""
+    """The question read with `base` as the entity counted, aggregated, listed or looked up, if
+    every word fits that reading. A lookup has no aggregation or list cue: it names columns of the
+    base ("Juliana Costa approval limit?") and values that pick the rows.
+    """
     ent = layer.spec.entities[base]
     kept: list[Mention] = [m for m in mentions if m.kind == "carrier"]
     asks = [m for m in mentions if m.kind in ("agg", "list") and (not m.name or m.name.split(".", 1)[0] == base)]
-    if len({(m.kind, m.value) for m in asks}) != 1:
-        return None  # neither an aggregate nor a list, or more than one
-    measure = _measure(base, ent, asks, mentions)
-    if measure is None:
+    if len({(m.kind, m.value) for m in asks}) > 1:
+        return None  # two aggregations, or an aggregate and a list
+    measure = _measure(base, ent, asks, mentions) if asks else None
+    if asks and measure is None:
         return None
     kept += asks
-    if measure.column:
+    if measure and measure.column:
         kept += [m for m in mentions if m.kind == "column" and m.name == f"{base}.{measure.column}"]
-    count = f"{base}.{measure.name}"
     roles = {m.name.split(".", 1)[1]: m for m in mentions if m.kind == "role"}
     # values: each through the base's own column, a role the question names, or the default join
     chosen: dict[tuple[int, int], list[tuple[int, str, Any, Mention, str]]] = {}
@@ -263,19 +266,30 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     kept += [m for m in mentions if m.kind == "entity" and m.name in reached]
     kept += [m for m in mentions if m.kind == "column" and _filters_column(layer, m.name, filtered, base)]
     kept += [m for m in mentions if m.kind == "role" and m.name.split(".", 1)[1] in used_roles]
+    shown: list[str] = []
+    if not asks:  # a lookup: the base's columns the question names, of the rows its values pick
+        shown = list(dict.fromkeys(m.name for m in sorted(mentions, key=lambda m: m.start) if m.kind == "column"
+                                   and m.name.split(".", 1)[0] == base and m.name not in filtered))
+        if not shown or not _names_a_record(base, ent, filters):
+            return None
+        kept += [m for m in mentions if m.kind == "column" and m.name in shown]
     covered = {i for m in kept for i in range(m.start, m.end)}
     if len(covered) != len(words):
         return None
     if _value_against_column(kept):
         return None
-    if not _anchored(base, asks, kept, len(words)):
+    if asks and not _anchored(base, asks, kept, len(words)):
         return None
-    q = QueryObject(True, [count], [], list(dict.fromkeys(segments)), filters, [], None)
+    measures = [f"{base}.{measure.name}"] if measure else []
+    q = QueryObject(True, measures, shown, list(dict.fromkeys(segments)), filters, [], None)
     settled, notes = layer.settle(q, question, heard=[v for _, _, v in hits])
-    listing = asks[0].kind == "list"
-    if listing and (settled.measures or not settled.dimensions):
-        return None  # a list question whose count has no rows to show
-    if not listing and (settled.measures != [count] or settled.dimensions):
+    if not asks:
+        if settled.measures or not set(shown) <= set(settled.dimensions):
+            return None
+    elif asks[0].kind == "list":
+        if settled.measures or not settled.dimensions:
+            return None  # a list question whose count has no rows to show
+    elif settled.measures != measures or settled.dimensions:
         return None
     said = {words[i]: m.kind if m.kind in ("carrier", "list", "grain") else f"{m.kind} {m.name or m.value}"
             for m in kept for i in range(m.start, m.end)}
@@ -306,6 +320,15 @@ def _measure(base: str, ent: Any, asks: list[Mention], mentions: list[Mention]) 
         return None
     name, meas = options[0]
     return _Measure(name, meas.column)
+
+
+def _names_a_record(base: str, ent: Any, filters: list[tuple[str, str, Any]]) -> bool:
+    """Whether a filter names records of the base by what identifies them (its key, or the label its
+    count lists first): "Juliana Costa approval limit?" looks one record up; "incidents in W10, with
+    severity?" lists incidents, and the LLM decides what to show with them.
+    """
+    labels = {ent.primary_key, *(m.drill_members[0] for m in ent.measures.values() if m.drill_members)}
+    return any(op == "=" and name in {f"{base}.{d}" for d in labels if d} for name, op, _ in filters)
 
 
 def _related(a: str, b: str) -> bool:
