@@ -211,3 +211,59 @@ def test_usage_merge_keeps_every_counter() -> None:
     total.merge(Usage(calls=1, prompt_tokens=300, cached_tokens=225))
     assert (total.calls, total.prompt_tokens, total.completion_tokens, total.cached_tokens) == (3, 2200, 60, 2013)
     assert total.trace()["cached_tokens"] == 2013
+
+
+def test_a_loop_is_told_apart_from_a_query_that_repeats_short_runs() -> None:
+    """The local decoder stops when the text starts repeating itself (`repeats_itself`), since a
+    1.5B model's loop at temperature 0 would otherwise decode to `max_tokens`."""
+    from tools.llamacpp_chat import LOOP_CHARS, repeats_itself
+
+    looping = ('{"sql": "SELECT e.full_name, e.email, e.role, e.level, e.team_id, e.manager_id, e.office_city, '
+               'e.country, e.approval_limit_usd, e.hire_date, e.team_id, e.manager_id, e.office_city, e.country, '
+               'e.approval_limit_usd, e.hire_date, e.team_id, e.manager_id, e.office_city, e.country')
+    assert repeats_itself(looping)
+    # the first time round, and half of the second, are not yet a loop
+    second = looping.index("e.team_id, e.manager_id", looping.index("e.hire_date"))
+    assert not any(repeats_itself(looping[:n]) for n in range(second + LOOP_CHARS // 2))
+    two_filters = ('{"expressible": true, "measures": ["tickets.count"], "dimensions": [], "segments": [], '
+                   '"filters": [{"field": "tickets.priority", "op": "=", "value": "P1"}, '
+                   '{"field": "tickets.priority", "op": "=", "value": "P2"}, '
+                   '{"field": "tickets.status", "op": "=", "value": "open"}], "order": [], "limit": null}')
+    assert not any(repeats_itself(two_filters[:n]) for n in range(len(two_filters) + 1))
+    case_sql = ("SELECT SUM(CASE WHEN status = 'open' THEN 1 ELSE 0 END) AS open_tickets, "
+                "SUM(CASE WHEN status = 'in_progress' THEN 1 ELSE 0 END) AS in_progress_tickets, "
+                "SUM(CASE WHEN status = 'resolved' THEN 1 ELSE 0 END) AS resolved_tickets FROM tickets")
+    assert not any(repeats_itself(case_sql[:n]) for n in range(len(case_sql) + 1))
+
+
+def test_a_cut_loop_is_named_in_the_retry_so_the_model_hears_what_went_wrong() -> None:
+    """A reply the decoder cut as a loop fails validation; the one retry says it looped, not only
+    that the JSON was unterminated."""
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from pydantic import BaseModel
+
+    from tools.llm import override_model, structured_call
+    from tools.scripted_model import ScriptedChatModel
+
+    class Sql(BaseModel):
+        sql: str
+
+    seen: list[str] = []
+
+    class Looping(ScriptedChatModel):
+        def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            seen.append(str(messages[-1].content))
+            if len(seen) == 1:
+                msg = AIMessage(content='{"sql": "SELECT a, b, a, b, a, b', response_metadata={"finish_reason": "loop"})
+            else:
+                msg = AIMessage(content='{"sql": "SELECT 1"}')
+            return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    override_model("scripted", Looping())
+    try:
+        out = structured_call("text_to_sql", Sql, "repair", backend="scripted", query="SELECT", error="e")
+    finally:
+        override_model("scripted", None)
+    assert out.sql == "SELECT 1" and len(seen) == 2 and "repeating itself" in seen[1]

@@ -277,6 +277,8 @@ def structured_call(component: str, schema: type[T], prompt: str, *, backend: st
         err = out.get("parsing_error") if isinstance(out, dict) else None
         content = str(getattr(raw, "content", ""))[:200]
         last_error = f"invalid output {content!r}: {err}"[:300] if content.strip() else "empty reply"
+        if (getattr(raw, "response_metadata", None) or {}).get("finish_reason") == "loop":
+            last_error = f"the reply kept repeating itself and was cut: {content[:120]!r}"
         if attempt == 0:
             log.info("LLM %s: attempt 1 invalid (%s); retrying once with the error", component, last_error[:200])
             messages = [*messages, AIMessage(content or "(empty)"),
