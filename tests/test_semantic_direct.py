@@ -90,12 +90,12 @@ def test_a_question_with_a_word_the_model_does_not_account_for_is_left_to_the_ll
 def test_a_state_word_next_to_a_period_is_two_readings_but_alone_it_is_the_state(
         tool: SQLTool, layer: SemanticLayer) -> None:
     """'abertos' is the status 'open' and the event of the date 'aberto em': with a period, the
-    status reading answers another question (open now, opened then), so the LLM decides."""
-    with_period = "Quantos incidentes foram abertos em 2025?"
+    status reading answers another question (open now, or opened then), so the LLM decides."""
+    with_period = "Em 2025, quantos chamados foram abertos?"
     assert direct_query(layer, with_period, _hits(tool, with_period), TODAY) is None
-    alone = "Quantos incidentes estão abertos?"
+    alone = "Quantos chamados estão abertos?"
     fill = direct_query(layer, alone, _hits(tool, alone), TODAY)
-    assert fill is not None and fill.query.filters == [("incidents.status", "=", "open")]
+    assert fill is not None and fill.query.filters == [("tickets.status", "=", "open")]
 
 
 def test_a_value_inside_a_segment_phrase_is_part_of_it(tool: SQLTool, layer: SemanticLayer, db: Path) -> None:
@@ -156,3 +156,12 @@ def test_a_time_dimension_that_is_not_a_dated_dimension_is_refused_by_name(tmp_p
     bad.write_text(text, encoding="utf-8")
     with pytest.raises(PolicyError, match=r"model\.yaml: field entities\.incidents\.time_dimension"):
         load_semantic_model(bad)
+
+
+def test_a_count_named_by_its_own_words_stays_a_count(layer: SemanticLayer) -> None:
+    """'headcount' is the employees count's own word: settle used to read a count with no count
+    cue as a list question and show the rows instead of the number."""
+    q = layer.parse({"measures": ["employees.count"],
+                     "filters": [{"field": "employees.office_city", "op": "=", "value": "Porto"}]})
+    assert layer.settle(q, "Headcount of the Porto office?")[0].measures == ["employees.count"]
+    assert layer.settle(q, "The people of the Porto office?")[0].measures == []  # no word asks for a number

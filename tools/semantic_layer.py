@@ -1014,9 +1014,10 @@ class SemanticLayer:
         """The dimensions that list the rows behind a lone count the question does not ask for
         ("Which open tickets …?", "Quais serviços são tier 2?" filled as a count): the dimensions
         the model chose to show, else the count's `drill_members` (less those an `=` filter fixes)
-        and the columns the question bounds by a range or a period ("not touched since March", "joined in 2025"). [] when the
-        question asks for a number or a ranking: an aggregation or count word, a superlative, a
-        breakdown word ("per", "cada"), or an order on the count.
+        and the columns the question bounds by a range or a period ("not touched since March",
+        "joined in 2025"). [] when the question asks for a number or a ranking: an aggregation or
+        count word, the count's own words ("headcount"), a superlative, a breakdown word ("per",
+        "cada"), or an order on the count.
         """
         if len(measures) != 1 or any(f in self.measure_names for f, _ in order):
             return []
@@ -1026,7 +1027,8 @@ class SemanticLayer:
         entity, _, m = found
         cues = folded_cues()
         if (cues.superlatives | cues.breakdown) & set(tokens) or \
-                any(f" {w} " in text for words in cues.aggregations.values() for w in words):
+                any(f" {w} " in text for words in cues.aggregations.values() for w in words) or \
+                any(_has(text, w) for w in m.synonyms):  # the count's own words ("headcount") ask for it
             return []
         shown = [d for d in kept if GRAIN_SEP not in d]
         if shown:  # the model chose what to show; a count per row of it is 1
