@@ -165,3 +165,23 @@ def test_a_count_named_by_its_own_words_stays_a_count(layer: SemanticLayer) -> N
                      "filters": [{"field": "employees.office_city", "op": "=", "value": "Porto"}]})
     assert layer.settle(q, "Headcount of the Porto office?")[0].measures == ["employees.count"]
     assert layer.settle(q, "The people of the Porto office?")[0].measures == []  # no word asks for a number
+
+
+def test_a_reference_to_what_an_earlier_source_found_is_bounded_by_that_set(
+        tool: SQLTool, layer: SemanticLayer, db: Path) -> None:
+    """The later stage of "which services did the incident hit, and how many active tickets do those
+    services have?": "those services" is the set the graph found. With the set, the count is bounded
+    by it and needs no LLM call; without one, the words are not accounted for and the LLM reads them."""
+    services = ("api-gateway", "web-frontend")
+    q = "and how many active tickets do those services have?"
+    assert direct_query(layer, q, _hits(tool, q), TODAY) is None
+    fill = direct_query(layer, q, _hits(tool, q), TODAY, [("services", "service_id", services)])
+    assert fill is not None and fill.words["those"] == "reference"
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(fill.query, stored_values(tool)).sql)]
+    gold = _gold(db, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') "
+                     f"AND service_id IN {services!r}")
+    every = _gold(db, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress')")
+    assert ours == gold != every
+    pt = "quantos chamados ativos esses serviços têm?"
+    fill = direct_query(layer, pt, _hits(tool, pt), TODAY, [("services", "service_id", services)])
+    assert fill is not None and [tuple(r.values()) for r in tool.query(layer.compile(fill.query).sql)] == gold

@@ -12,7 +12,9 @@ word of it is accounted for by the model (`tools.semantic_model`) or by the cue 
 - one period (a year, ISO week, quarter, month, or a calendar phrase) on the date the question
   names, or else on the entity's `time_dimension` (or its only date);
 - a segment, the words for a filtered column or for the role a filter goes through;
-- carrier words (articles, auxiliaries, "now").
+- carrier words (articles, auxiliaries, "now");
+- in a later stage of a two-part question, a reference word ("those services", "esses serviços") to
+  the set an earlier source found, which then bounds the query (`SemanticLayer.bind`).
 
 Anything else (a number, a negation, a superlative, "per", a column to show, an unknown verb) leaves
 the question to the LLM fill, which sees it as before. Exactly one entity must read the question
@@ -23,6 +25,7 @@ shows the rows behind the count.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +54,7 @@ class Mention:
 
     start: int
     end: int
-    kind: str  # agg | list | value | segment | entity | role | column | period | grain | carrier
+    kind: str  # agg | list | value | segment | entity | role | column | period | grain | carrier | reference
     name: str = ""  # entity, entity.dimension, entity.segment, entity.measure, owner.role
     value: Any = None  # a stored value, a period, an aggregation, or the role's target entity
 
@@ -142,6 +145,9 @@ def _mentions(layer: SemanticLayer, question: str, hits: list[tuple[str, str, st
     for ws in cues.carrier_words.values():
         for w in ws:
             add(w, "carrier")
+    for ws in cues.reference_words.values():
+        for w in ws:
+            add(w, "reference")
     superlatives = folded_cues().superlatives
     by_column = layer.column_dimensions
     for table, column, value in hits:
@@ -169,10 +175,13 @@ def _mentions(layer: SemanticLayer, question: str, hits: list[tuple[str, str, st
     return words, out
 
 
-def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str, str]], today: str
-                 ) -> DirectFill | None:
+def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str, str]], today: str,
+                 bound: Sequence[tuple[str, str, Sequence[str]]] = ()) -> DirectFill | None:
     """The query object for a count, aggregate, list or lookup question that the model accounts for
-    word by word, or None (the LLM fills it). `hits`: the value index's (table, column, value) for the question.
+    word by word, or None (the LLM fills it). `hits`: the value index's (table, column, value) for
+    the question; `bound`: the sets earlier sources of the turn found (`earlier_values`), which a
+    reference word ("those services") points at: the query is then bounded by the set
+    (`SemanticLayer.bind`), or not filled here at all.
     """
     words, mentions = _mentions(layer, question, hits, today)
     if not words:
@@ -184,12 +193,13 @@ def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str,
         for o in named)]
     bases = sorted({m.name for m in mentions if m.kind == "entity"}
                    | {m.name.split(".", 1)[0] for m in mentions if m.kind in ("agg", "column") and m.name})
-    fills = [f for b in bases if (f := _read_as(layer, b, question, words, mentions, hits)) is not None]
+    fills = [f for b in bases if (f := _read_as(layer, b, question, words, mentions, hits, bound)) is not None]
     return fills[0] if len(fills) == 1 else None
 
 
 def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], mentions: list[Mention],
-             hits: list[tuple[str, str, str]]) -> DirectFill | None:
+             hits: list[tuple[str, str, str]], bound: Sequence[tuple[str, str, Sequence[str]]] = ()
+             ) -> DirectFill | None:
     """The question read with `base` as the entity counted, aggregated, listed or looked up, if
     every word fits that reading. A lookup has no aggregation or list cue: it names columns of the
     base ("Juliana Costa approval limit?") and values that pick the rows.
@@ -208,7 +218,10 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     roles = {m.name.split(".", 1)[1]: m for m in mentions if m.kind == "role"}
     # values: each through the base's own column, a role the question names, or the default join
     chosen: dict[tuple[int, int], list[tuple[int, str, Any, Mention, str]]] = {}
-    for m in (m for m in mentions if m.kind == "value"):
+    # words that name a segment of the base itself ("active tickets") are that, not a value of a
+    # joined entity that happens to be spelt the same (the service's status 'active')
+    own_segments = {(m.start, m.end) for m in mentions if m.kind == "segment" and m.name.split(".", 1)[0] == base}
+    for m in (m for m in mentions if m.kind == "value" and (m.start, m.end) not in own_segments):
         owner, member = m.name.split(".", 1)
         names = [f"{r}.{member}" for r, rm in roles.items() if rm.value == owner] + [m.name]
         for name in names:
@@ -263,6 +276,10 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
             continue
         segments.append(m.name)
         kept.append(m)
+    refers = [m for m in mentions if m.kind == "reference"]
+    if refers and bound and not _names_values(layer, hits):  # "those services": a set an earlier source found
+        kept += refers
+        reached |= {dim.split(".", 1)[0] for t, c, _ in bound for dim in layer.column_dimensions.get((t, c), [])}
     kept += [m for m in mentions if m.kind == "entity" and m.name in reached]
     kept += [m for m in mentions if m.kind == "column" and _filters_column(layer, m.name, filtered, base)]
     kept += [m for m in mentions if m.kind == "role" and m.name.split(".", 1)[1] in used_roles]
@@ -283,6 +300,11 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     measures = [f"{base}.{measure.name}"] if measure else []
     q = QueryObject(True, measures, shown, list(dict.fromkeys(segments)), filters, [], None)
     settled, notes = layer.settle(q, question, heard=[v for _, _, v in hits])
+    if refers:
+        settled, bound_note = layer.bind(settled, bound, question)
+        if not bound_note:
+            return None  # the words point at an earlier set this query cannot be bounded by
+        notes += bound_note
     if not asks:
         if settled.measures or not set(shown) <= set(settled.dimensions):
             return None
@@ -291,7 +313,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
             return None  # a list question whose count has no rows to show
     elif settled.measures != measures or settled.dimensions:
         return None
-    said = {words[i]: m.kind if m.kind in ("carrier", "list", "grain") else f"{m.kind} {m.name or m.value}"
+    said = {words[i]: m.kind if m.kind in ("carrier", "list", "grain", "reference") else f"{m.kind} {m.name or m.value}"
             for m in kept for i in range(m.start, m.end)}
     return DirectFill(settled, notes, said)
 
@@ -320,6 +342,13 @@ def _measure(base: str, ent: Any, asks: list[Mention], mentions: list[Mention]) 
         return None
     name, meas = options[0]
     return _Measure(name, meas.column)
+
+
+def _names_values(layer: SemanticLayer, hits: list[tuple[str, str, str]]) -> bool:
+    """Whether the value index found a stored value of the model's own columns in the question (a
+    word that is also a value of a table the model does not cover names nothing here).
+    """
+    return any(layer.column_dimensions.get((t, c)) for t, c, _ in hits)
 
 
 def _names_a_record(base: str, ent: Any, filters: list[tuple[str, str, Any]]) -> bool:

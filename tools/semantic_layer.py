@@ -103,6 +103,8 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that ask for the rows of an entity (which, quais, list)")
     carrier_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that carry no slot of a query (articles, auxiliaries, 'now')")
+    reference_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that point at what an earlier source found (those, esses)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -1827,11 +1829,14 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     hints = layer.hints(question, [*hits, *earlier], today)
     by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
-    direct = direct_query(layer, question, hits, today)
+    # the stored values the question names in the model's own columns ("tickets" stored in a table the
+    # model does not cover names nothing)
+    own = [h for h in hits if by_column.get((h[0], h[1]))]
+    direct = direct_query(layer, question, hits, today, bound)
     if direct is not None:  # every word accounted for: no LLM call
         run.direct, run.settled, run.accounted = True, list(direct.settled), dict(direct.words)
         q = direct.query
-        if not hits:
+        if not own and not any(what == "reference" for what in direct.words.values()):
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
         if _execute(layer, q, tool, run) or run.fatal:
@@ -1856,7 +1861,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
             return run
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
         run.settled += settled
-        if not hits:  # a part that names no stored value of its own is about the earlier set
+        if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
         run.query_object = q.as_json()
