@@ -188,18 +188,25 @@ class _TokenClock:
         return False
 
 
-LOOP_CHARS = 80  # a run this long written twice over is a loop, not an answer
+LOOP_CHARS = 80  # a cycle is cut once it has run this long, and two full turns at least
+LOOP_PERIOD = 200  # the longest cycle looked for (a column list written over and over)
 
 
-def repeats_itself(text: str, span: int = LOOP_CHARS) -> bool:
-    """Whether the last `span` characters of `text` were already written earlier in it.
+def repeats_itself(text: str, span: int = LOOP_CHARS, longest: int = LOOP_PERIOD) -> bool:
+    """Whether `text` ends in a cycle: the same block of characters written twice or more in a row,
+    over `span` characters at least.
 
     Why: at temperature 0 the 1.5B model sometimes falls into a cycle ("e.team_id, e.manager_id,
     e.office_city, …" over and over) and writes until `max_tokens`, 20 s of decoding on 2 cores for
-    an output that cannot parse. A legitimate query or JSON object repeats short runs (a filter's
-    keys), not `span` characters in a row, so stopping at the first repeat loses nothing but time.
+    an output that cannot parse. A legitimate reply may repeat a long run far apart (a measure listed,
+    then ordered by), but never the same block twice back to back: that is the loop.
     """
-    return len(text) >= 2 * span and text.find(text[-span:], 0, len(text) - span) >= 0
+    n = len(text)
+    for period in range(1, min(longest, n // 2) + 1):
+        size = max(span, 2 * period)
+        if size <= n and text[n - size + period:] == text[n - size:n - period]:
+            return True
+    return False
 
 
 class GreedyGrammarDecoder:
