@@ -66,6 +66,7 @@ class DirectFill:
     query: QueryObject
     settled: list[str] = field(default_factory=list)
     words: dict[str, str] = field(default_factory=dict)
+    bound: bool = False  # a reference word bounded the query by an earlier source's set (`SemanticLayer.bind`)
 
 
 def _tokens(text: str) -> list[re.Match[str]]:
@@ -131,23 +132,15 @@ def _mentions(layer: SemanticLayer, question: str, hits: list[tuple[str, str, st
         if span:
             out.append(Mention(*span, "period", value=period))
     cues = query_cue_file()
-    for ws in cues.grain_words.values():
-        for w in ws:
-            add(w, "grain")
+    for kind, by_language in (("grain", cues.grain_words), ("list", cues.list_cues),
+                              ("carrier", cues.carrier_words), ("reference", cues.reference_words)):
+        for w in (w for ws in by_language.values() for w in ws):
+            add(w, kind)
     for w in _GRAIN_EXTRA:
         add(w, "grain")
     for agg, phrases in folded_cues().aggregations.items():
         for w in phrases:
             add(w, "agg", value=agg)
-    for ws in cues.list_cues.values():
-        for w in ws:
-            add(w, "list")
-    for ws in cues.carrier_words.values():
-        for w in ws:
-            add(w, "carrier")
-    for ws in cues.reference_words.values():
-        for w in ws:
-            add(w, "reference")
     superlatives = folded_cues().superlatives
     by_column = layer.column_dimensions
     for table, column, value in hits:
@@ -235,11 +228,11 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     used_roles: set[str] = set()
     spans = sorted(chosen, key=lambda s: (s[0], -(s[1] - s[0])))
     taken: set[int] = set()
+    verbatim = question.casefold()
     for span in spans:
         if taken & set(range(*span)):
             continue  # a longer value at the same words won ("Plataforma de Dados" over "Plataforma")
         # nearest the base first; at one distance, a value as the question writes it ('search-service')
-        verbatim = question.casefold()
         options = sorted({(n, name, value, ent_) for n, name, value, _, ent_ in chosen[span]},
                          key=lambda o: (o[0], str(o[2]).casefold() not in verbatim, o[1]))
         near = [o for o in options if o[0] == options[0][0]]
@@ -277,7 +270,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
         segments.append(m.name)
         kept.append(m)
     refers = [m for m in mentions if m.kind == "reference"]
-    if refers and bound and not _names_values(layer, hits):  # "those services": a set an earlier source found
+    if refers and bound and not layer.names_values(hits):  # "those services": a set an earlier source found
         kept += refers
         reached |= {dim.split(".", 1)[0] for t, c, _ in bound for dim in layer.column_dimensions.get((t, c), [])}
     kept += [m for m in mentions if m.kind == "entity" and m.name in reached]
@@ -315,7 +308,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
         return None
     said = {words[i]: m.kind if m.kind in ("carrier", "list", "grain", "reference") else f"{m.kind} {m.name or m.value}"
             for m in kept for i in range(m.start, m.end)}
-    return DirectFill(settled, notes, said)
+    return DirectFill(settled, notes, said, bound=bool(refers))
 
 
 @dataclass(frozen=True)
@@ -342,13 +335,6 @@ def _measure(base: str, ent: Any, asks: list[Mention], mentions: list[Mention]) 
         return None
     name, meas = options[0]
     return _Measure(name, meas.column)
-
-
-def _names_values(layer: SemanticLayer, hits: list[tuple[str, str, str]]) -> bool:
-    """Whether the value index found a stored value of the model's own columns in the question (a
-    word that is also a value of a table the model does not cover names nothing here).
-    """
-    return any(layer.column_dimensions.get((t, c)) for t, c, _ in hits)
 
 
 def _names_a_record(base: str, ent: Any, filters: list[tuple[str, str, Any]]) -> bool:
@@ -412,7 +398,8 @@ def _filters_column(layer: SemanticLayer, column: str, filtered: set[str], base:
 def _value_against_column(kept: list[Mention]) -> bool:
     """Whether some words are read both as a value and as the name of another column: two readings."""
     values = {(i, m.name) for m in kept if m.kind == "value" for i in range(m.start, m.end)}
-    return any((i, m.name) not in values and i in {j for j, _ in values}
+    at = {i for i, _ in values}
+    return any(i in at and (i, m.name) not in values
                for m in kept if m.kind == "column" for i in range(m.start, m.end))
 
 

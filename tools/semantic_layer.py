@@ -1374,6 +1374,13 @@ class SemanticLayer:
                     by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
         return by_column
 
+    def names_values(self, hits: Iterable[tuple[str, str, str]]) -> bool:
+        """Whether the value index found a stored value of the model's own columns (`hits`: table,
+        column, value); a word that is also a value of a table the model does not cover ("tickets",
+        stored in an audit log) names nothing the query could filter on.
+        """
+        return any(self.column_dimensions.get((t, c)) for t, c, _ in hits)
+
     def bind(self, q: QueryObject, bound: Sequence[tuple[str, str, Sequence[str]]], question: str = ""
              ) -> tuple[QueryObject, list[str]]:
         """Bound the query by a set an earlier source of the same turn found (`bound`: table,
@@ -1826,17 +1833,12 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         run.reason, run.fatal = str(exc)[:400], True
         return run
     earlier, bound = earlier_values(index, given)
-    hints = layer.hints(question, [*hits, *earlier], today)
-    by_column = layer.column_dimensions
-    hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
-    # the stored values the question names in the model's own columns ("tickets" stored in a table the
-    # model does not cover names nothing)
-    own = [h for h in hits if by_column.get((h[0], h[1]))]
+    own = layer.names_values(hits)
     direct = direct_query(layer, question, hits, today, bound)
     if direct is not None:  # every word accounted for: no LLM call
         run.direct, run.settled, run.accounted = True, list(direct.settled), dict(direct.words)
         q = direct.query
-        if not own and not any(what == "reference" for what in direct.words.values()):
+        if not own and not direct.bound:
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
         if _execute(layer, q, tool, run) or run.fatal:
@@ -1844,6 +1846,9 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         run.direct, run.accounted = False, {}
         run.settled = [f"direct fill refused ({run.reason}); the LLM fills the query"]
         run.sql, run.rows, run.reason = "", [], ""
+    hints = layer.hints(question, [*hits, *earlier], today)
+    by_column = layer.column_dimensions
+    hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
     static = {"model": layer.describe(), "examples": layer.examples_text()}
     asked = question
     for attempt in range(MAX_REPAIRS + 1):

@@ -3,8 +3,9 @@
 Measured on this project's questions: the small local model writes wrong joins and filters when it
 writes SQL from scratch, and fills a small typed query object well. So the backend asks the semantic
 layer first (`tools.semantic_layer`: one LLM call fills the object, or none when
-`tools.semantic_direct` accounts for every word; boring-semantic-layer compiles it) and falls back to text-to-SQL over the linked schema (`tools.text_to_sql`) when the LLM says the
-model cannot express the question or the object is refused. Both paths run their SQL through
+`tools.semantic_direct` accounts for every word; boring-semantic-layer compiles it) and falls back to
+text-to-SQL over the linked schema (`tools.text_to_sql`) when the LLM says the model cannot express
+the question or the object is refused. Both paths run their SQL through
 SQLTool's read-only guard; the context records which one answered (`path`).
 """
 
