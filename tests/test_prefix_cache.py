@@ -165,6 +165,42 @@ def test_a_prefix_saved_on_disk_serves_a_new_process(gguf: str, tmp_path: Path) 
     assert out.content == written.content == reference
 
 
+@pytest.mark.real_model
+def test_a_warmed_prefix_serves_the_first_call_exactly(gguf: str, tmp_path: Path) -> None:
+    """`tramita warm`: the static prefix evaluated before any question is the one the first real
+    call restores (from disk, in a new process), whole, and the answer equals the uncached one.
+    """
+    msgs = [SystemMessage(SYSTEM_A), HumanMessage("Summary shown: aprovar EXP-0264\nUser reply: \"\"\"pode sim\"\"\"")]
+    plain = _model(gguf, prefix_cache_mib=0, max_tokens=8)
+    _cold(plain)
+    reference = plain.invoke(msgs).content
+    warmer = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
+    warmer.loaded().cache.clear()
+    _cold(warmer)
+    warmed = warmer.warm(SYSTEM_A)
+    assert warmed.saved is True and warmed.prompt > 0
+    assert warmer.warm(SYSTEM_A).saved is False  # already kept: restored, not evaluated again
+    reader = _model(gguf, prefix_cache_mib=64, max_tokens=8, prefix_cache_dir=str(tmp_path))
+    reader.loaded().cache.clear()  # a new process: nothing in RAM
+    _cold(reader)
+    out = reader.invoke(msgs)
+    meta = out.response_metadata
+    assert meta["prefix_cache"] == "disk" and meta["prefix_restored"] == meta["prefix_tokens"] > 0
+    assert meta["prefix_saved"] is False
+    assert out.content == reference
+
+
+def test_a_prompt_head_is_the_static_prefix_a_call_sends() -> None:
+    from tramita.base.prompts import head, split
+
+    values = {"model": "m: dims", "examples": "q -> x"}
+    system, _ = split("semantic_query", **values, today="2026-05-15", hints="(none)", question="?")
+    assert head("semantic_query", **values) == system
+    with pytest.raises(KeyError):
+        head("semantic_query", model="m")  # a static slot left empty is an error, as in render
+    assert head("synthesize", language="English") != head("synthesize", language="Portuguese (Brazil)")
+
+
 def test_the_disk_tier_defaults_to_the_models_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tools.llm import BackendSpec, prefix_cache_settings
 

@@ -36,6 +36,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+from tools.llama_build import checked
 from tools.prefix_cache import CallTokens, PrefixCache, common_prefix, model_identity
 from tools.structured import json_parser
 
@@ -74,6 +75,7 @@ class LoadedLlama:
 
     def __init__(self, model_path: str, opts: LlamaOptions) -> None:
         """Load the weights (mmap by default) and create the context."""
+        checked()  # a build for another CPU would die in the library, not raise
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -344,6 +346,20 @@ class ChatLlamaCppShared(BaseChatModel):
         loaded = loaded_llama(self.model_path, self.options())
         loaded.configure_cache(self.prefix_cache_mib, self.prefix_cache_dir, self.prefix_cache_disk_mib)
         return loaded
+
+    def warm(self, system: str) -> CallTokens:
+        """Evaluate and keep the static prefix that calls with this system message share, generating
+        nothing: a first question then pays only for its own tokens (a kept prefix is only restored).
+        """
+        import numpy as np
+
+        loaded = self.loaded()
+        with loaded.lock:
+            # the prefix a real call keeps ends where two different questions start to differ
+            one, boundary, _, _ = loaded.render([{"role": "system", "content": system}, {"role": "user", "content": "A"}])
+            other = loaded.render([{"role": "system", "content": system}, {"role": "user", "content": "Z"}])[0]
+            boundary = min(boundary, common_prefix(np.asarray(one, dtype=np.int32), np.asarray(other, dtype=np.int32)))
+            return loaded.cache.prepare(loaded.llama, one, boundary)
 
     # ------------------------------------------------------------------ calls
     def _completion(self, messages: list[BaseMessage], stop: list[str] | None, schema: dict[str, Any] | None,

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
+from tramita.base.prompts import head as prompt_head
 from tramita.base.prompts import split
 
 log = get_logger("tramita")
@@ -246,6 +247,18 @@ def chat_model(component: str, backend: str | None = None) -> BaseChatModel:
     if name in _overrides:
         return _overrides[name]
     return _build(component, name)
+
+
+def warm(component: str, prompt: str, *, backend: str | None = None, **values: Any) -> Any:
+    """Evaluate the static prefix of `prompts/<prompt>.txt` (filled with `values`) on `component`'s
+    model ahead of any question, so its first call pays only for its own tokens. Returns the token
+    accounting (`saved`: evaluated and kept now; else it was already kept), or None for a model
+    without a local prefix cache (a server keeps its own) or a prompt without a static prefix.
+    """
+    model = chat_model(component, backend)
+    hook = getattr(model, "warm", None)
+    system = prompt_head(prompt, **values)
+    return hook(system) if hook is not None and system else None
 
 
 def structured_call(component: str, schema: type[T], prompt: str, *, backend: str | None = None,

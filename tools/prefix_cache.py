@@ -16,8 +16,8 @@ measures both.
 Correctness: a restored prefix is exactly the KV of those tokens (causal attention: cells before
 position k depend only on tokens before k), so a partial match is used by truncating the restored
 cells. Entries are keyed by a hash of the exact prefix tokens and of the model identity (file path,
-size, mtime, KV layout, llama.cpp version), so a changed prompt file, schema or model is simply a
-miss. Any failure to restore falls back to evaluating the tokens: a miss is never wrong, only slower.
+size, mtime, KV layout, llama.cpp version and compiled CPU features), so a changed prompt file,
+schema, model or build is simply a miss. Any failure to restore falls back to evaluating the tokens: a miss is never wrong, only slower.
 
 Memory is bounded (`max_mib`, least recently used entries go first). An optional disk tier
 (`disk_dir`, bounded by `disk_mib`) keeps exact prefixes across processes, which helps one-shot
@@ -101,7 +101,10 @@ def model_identity(model_path: str, **layout: Any) -> str:
     except OSError:
         stamp = "?"
     try:
-        from llama_cpp import __version__ as lib_version
+        import llama_cpp
+
+        # the build's CPU features too: another build's SIMD paths round differently
+        lib_version = f"{llama_cpp.__version__}:{llama_cpp.llama_print_system_info().decode(errors='replace').strip()}"
     except ImportError:  # pragma: no cover - the cache is only built next to a llama.cpp model
         lib_version = "?"
     parts = [os.path.abspath(model_path), stamp, str(lib_version), *(f"{k}={layout[k]}" for k in sorted(layout))]

@@ -1849,7 +1849,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     hints = layer.hints(question, [*hits, *earlier], today)
     by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
-    static = {"model": layer.describe(), "examples": layer.examples_text()}
+    static = _static(layer)
     asked = question
     for attempt in range(MAX_REPAIRS + 1):
         run.attempts = attempt + 1
@@ -1878,6 +1878,18 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         asked = (f"{question}\n(Your previous query {json.dumps(run.query_object, ensure_ascii=False)} was refused: "
                  f"{run.reason}. Write a corrected query, or expressible=false.)")
     return run
+
+
+def _static(layer: SemanticLayer) -> dict[str, str]:
+    """The query prompt's static prefix values: the model and its worked examples."""
+    return {"model": layer.describe(), "examples": layer.examples_text()}
+
+
+def warm_semantic(tool: Any, model_path: Path, *, backend: str | None) -> object:
+    """Evaluate the query prompt's static prefix (the longest one tramita has) ahead of the first question."""
+    from tools.llm import warm
+
+    return warm("text_to_sql", "semantic_query", backend=backend, **_static(layer_for(model_path, tool)))
 
 
 def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:

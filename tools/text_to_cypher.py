@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from tools.backends.base import QueryRun, generate_validate_repair
 from tools.graph_tool import GraphTool
-from tools.llm import Usage, structured_call
+from tools.llm import Usage, structured_call, warm
 
 MAX_REPAIRS = 2
 
@@ -28,12 +28,21 @@ def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | 
     """Generate a read-only Cypher query for the question, then validate, run and repair it."""
     from tools.graph_tool import GraphUnavailable
 
-    schema = tool.schema_text()
-    notes = tool.dialect_notes()
+    static = _static(tool, today)
 
     def generate(q: str) -> str:
         return structured_call("text_to_cypher", CypherAnswer, "text_to_cypher", backend=backend, usage=usage,
-                               today=today, week=iso_week(today), schema_text=schema, dialect_notes=notes,
-                               question=q).cypher
+                               question=q, **static).cypher
 
     return generate_validate_repair(question, generate, tool.query, fatal=(GraphUnavailable,), max_repairs=MAX_REPAIRS)
+
+
+def _static(tool: GraphTool, today: str) -> dict[str, str]:
+    """The prompt's static prefix values: the same for every question asked on `today`."""
+    return {"today": today, "week": iso_week(today), "schema_text": tool.schema_text(),
+            "dialect_notes": tool.dialect_notes()}
+
+
+def warm_cypher(tool: GraphTool, *, today: str, backend: str | None) -> object:
+    """Evaluate the text-to-Cypher prompt's static prefix for `today` ahead of the first question."""
+    return warm("text_to_cypher", "text_to_cypher", backend=backend, **_static(tool, today))

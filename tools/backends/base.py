@@ -4,6 +4,11 @@ A backend declares its name (the plan's vocabulary and the context's `backend`),
 answers use, one line the planner reads, whether it is available, how to run a question, and how its
 result reads in the synthesis prompt. Nodes only ever go through this protocol, so a new source is
 one module here plus one line in `tools.backends.BACKENDS`.
+
+Optional hooks, looked up by name: `vocabulary(services)` (texts the planner matches),
+`evidence(services, text)` (how close the backend's own content comes), `findings(context)` (what
+a later stage reads), and `warm(services, today, profile)` (the static prompt prefixes its LLM
+calls share, evaluated ahead of the first question by `tramita warm`).
 """
 
 from __future__ import annotations

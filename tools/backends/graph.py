@@ -91,6 +91,12 @@ class GraphBackend:
             return ""
         return " ".join(text.split()).split(": ", 1)[0].split(". ", 1)[0][:160]
 
+    def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
+        """The text-to-Cypher prompt's static prefix for `today` (patterns need no call on a clear match)."""
+        from tools.text_to_cypher import warm_cypher
+
+        return {"text_to_cypher": warm_cypher(services.graph_tool, today=today, backend=profile)}
+
     def vocabulary(self, services: Services) -> list[str]:
         """What the graph answers: the named patterns' descriptions and examples (the planner embeds these)."""
         from tools.backends.vocabulary import graph_patterns_vocabulary

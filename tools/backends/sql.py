@@ -57,6 +57,13 @@ class SQLBackend:
         """The rows as a small table tagged [SQL] (both paths alike)."""
         return render_rows(self.citation, context)
 
+    def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
+        """The semantic query prompt's static prefix, evaluated before the first question."""
+        from tools.semantic_layer import warm_semantic
+
+        return {"semantic_query": warm_semantic(services.sql_tool, services.settings.semantic_model_file(),
+                                                backend=profile)}
+
     def vocabulary(self, services: Services) -> list[str]:
         """What the database holds, in the semantic model's words (the planner embeds these)."""
         from tools.backends.vocabulary import semantic_model_vocabulary

@@ -30,3 +30,11 @@ def split(name: str, **values: object) -> tuple[str, str]:
     full = render(name, **values)
     head, sep, tail = full.partition("\n---\n")
     return (head, tail) if sep else ("", full)
+
+
+def head(name: str, **values: object) -> str:
+    """The static prefix of `name` alone, filled with `values` (the dynamic part's slots stay unfilled):
+    what every call of that prompt shares, so it can be evaluated once before any question.
+    """
+    text, sep, _ = _template(name).template.partition("\n---\n")
+    return Template(text).substitute({k: str(v) for k, v in values.items()}) if sep else ""

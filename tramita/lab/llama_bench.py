@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.llama_build import cpu_flags
 from tramita.base.paths import SAMPLE_DIR
 from tramita.base.settings import Settings
 
@@ -111,10 +112,7 @@ def build_features() -> dict[str, Any]:
     import llama_cpp
 
     info = llama_cpp.llama_print_system_info().decode(errors="replace")
-    try:
-        flags = set(next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")).split())
-    except (OSError, StopIteration):
-        flags = set()
+    flags = cpu_flags()
     cpu = sorted(name for flag, name in CPU_FEATURES.items() if flag in flags)
     built = sorted(name for name in CPU_FEATURES.values() if f"{name} = 1" in info)
     return {"system_info": info.strip(), "cpu": cpu, "build": built, "unused_by_build": sorted(set(cpu) - set(built)),

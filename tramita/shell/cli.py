@@ -100,6 +100,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    """`tramita warm`: evaluate the static prompt prefixes now, so no first question pays for them."""
+    from tramita.shell.warm import warm_all
+
+    ctx = _context(args)
+    _plain(f"warming the prompt prefixes of LLM profile {ctx.llm_backend or 'default'} (today {ctx.today})")
+    rows = warm_all(ctx.svc, today=ctx.today, profile=ctx.llm_backend)
+    for row in rows:
+        _plain(f"  {row.name:<52} {row.tokens:>6} tokens  {row.seconds:>6.1f} s  {row.status}")
+    failed = [r for r in rows if r.status.startswith("failed")]
+    return 1 if failed else 0
+
+
 def _short(value: Any) -> str:
     text = str(value)
     return text if len(text) < 100 else text[:97] + "…"
@@ -333,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reset", action="store_true", help="reload from scratch")
     s.add_argument("--no-models", action="store_true", help="skip model assembly/conversion")
     s.set_defaults(fn=cmd_ingest)
+    s = sub.add_parser("warm", help="evaluate the local model's static prompt prefixes before the first question")
+    s.set_defaults(fn=cmd_warm)
     s = sub.add_parser("demo", help="scripted conversation across all backends and a confirmed write")
     s.add_argument("--user")
     s.set_defaults(fn=cmd_demo)
