@@ -487,10 +487,50 @@ def test_settle_shows_the_entity_a_list_question_asks_for(layer: SemanticLayer, 
     assert gold and results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
+@pytest.mark.parametrize(("question", "filled", "gold"), [
+    ("Qual despesa de hardware teve o menor valor?",
+     {"measures": ["expenses.min_amount_usd"], "filters": [{"field": "expenses.category", "op": "=", "value": "hardware"}]},
+     "SELECT expense_id, amount_usd FROM expenses WHERE category = 'hardware' ORDER BY amount_usd LIMIT 1"),
+    ("Which SEV2 incident took the longest to resolve?",
+     {"measures": ["incidents.max_minutes_to_resolve"],
+      "filters": [{"field": "incidents.severity", "op": "=", "value": "SEV2"}]},
+     "SELECT incident_id, minutes_to_resolve FROM incidents WHERE severity = 'SEV2' "
+     "ORDER BY minutes_to_resolve DESC LIMIT 1"),
+    ("Qual foi o projeto concluído com o maior orçamento, e quem liderou?",  # the model's own column stays
+     {"measures": ["projects.max_budget_usd"], "dimensions": ["lead.full_name"],
+      "filters": [{"field": "projects.status", "op": "=", "value": "completed"}]},
+     "SELECT p.name, e.full_name, p.budget_usd FROM projects p JOIN employees e ON e.employee_id = p.lead_id "
+     "WHERE p.status = 'completed' ORDER BY p.budget_usd DESC LIMIT 1"),
+])
+def test_settle_answers_which_row_holds_the_extreme_with_that_row(question: str, filled: dict[str, Any], gold: str,
+                                                                  layer: SemanticLayer, tool: SQLTool,
+                                                                  novaops: Path) -> None:
+    """ "Which expense was the smallest?" asks for the expense: the min of the amount alone (or per
+    lead) is not the gold, the row ordered by the amount is."""
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert not settled.measures and settled.limit == 1 and any("that row" in n for n in notes)
+    want = _rows(novaops, gold)
+    assert want and results_match(want, _answer(layer, tool, settled), ordered=True, strict=True)
+    assert not results_match(want, _answer(layer, tool, layer.parse(filled)), strict=True)
+
+
+@pytest.mark.parametrize(("question", "filled"), [
+    ("What is the longest time to resolve among SEV4 incidents?", {"measures": ["incidents.max_minutes_to_resolve"]}),
+    ("Qual o maior valor de despesa de hardware?", {"measures": ["expenses.max_amount_usd"]}),
+    ("Which incidents took longest to resolve?", {"measures": ["incidents.max_minutes_to_resolve"]}),  # several rows
+    ("Which team has the largest single expense?", {"measures": ["expenses.max_amount_usd"],
+                                                    "dimensions": ["teams.name"]}),  # not an expense asked for
+])
+def test_settle_keeps_an_extreme_value_when_no_row_is_asked_for(question: str, filled: dict[str, Any],
+                                                                layer: SemanticLayer) -> None:
+    settled, _ = layer.settle(layer.parse(filled), question)
+    assert settled.measures == layer.parse(filled).measures
+
+
 @pytest.mark.parametrize(("question", "query"), [
     ("quem lidera os projetos ativos?", {"dimensions": ["lead.full_name"],  # no "which project"
                                          "filters": [{"field": "projects.status", "op": "=", "value": "active"}]}),
-    ("qual projeto tem o maior orçamento?", {"measures": ["projects.max_budget_usd"]}),  # an aggregate
+    ("qual o maior orçamento de um projeto?", {"measures": ["projects.max_budget_usd"]}),  # a value, not a row
     ("quais chamados do serviço de busca estão abertos?",  # the service is fixed: one row named already
      {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "services.name", "op": "=", "value": "Search"}]}),
     ("quantos chamados por serviço?", {"dimensions": ["tickets.service_id"]}),  # "por" is not a question word

@@ -692,6 +692,11 @@ class SemanticLayer:
         renamed = dict(zip(q.measures, measures, strict=True))
         order = [(renamed.get(f, f), d) for f, d in q.order if f not in gone]
         limit = q.limit
+        record = self._extreme_record(measures, kept, tokens)
+        if record is not None:  # "which expense was the largest" is that expense, not the amount alone
+            dropped.append(f"{measures[0]} (the question asks which {measures[0].split('.', 1)[0]} has it: "
+                           f"that row, {', '.join(record[0])})")
+            measures, kept, order, limit = [], *record, 1
         if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
@@ -1042,6 +1047,40 @@ class SemanticLayer:
         fixed = {f for f, op, v in filters if op == "=" and not isinstance(v, list)}
         drill = [f"{entity}.{d}" for d in m.drill_members]
         return list(dict.fromkeys([*([d for d in drill if d not in fixed] or drill), *ranged]))
+
+    def _extreme_record(self, measures: list[str], kept: list[str], tokens: list[str]
+                        ) -> tuple[list[str], list[tuple[str, str]]] | None:
+        """(dimensions, order) of the one row a largest/smallest value belongs to, when the question
+        asks for that row: a lone max or min measure of an entity that a singular question word
+        names, with at most three words between ("which incident waited the longest", "qual foi a
+        maior despesa"). The row shows the entity's label, the dimensions the model chose ("de
+        quem era") and the measured column, ordered by it, one row. "What is the longest time to
+        resolve" names no row after its question word: it stays the value.
+        """
+        if len(measures) != 1 or any(GRAIN_SEP in d for d in kept):
+            return None
+        found = self._measure(measures[0])
+        if found is None or found[2].agg not in ("max", "min") or not found[2].column:
+            return None
+        entity, ent, measure = found
+        column = next((m for m, d in ent.dimensions.items() if (d.column or m) == measure.column), None)
+        label = self._label(entity)
+        if column is None or label is None:
+            return None
+        words = [" ".join(fold(w).split()) for w in self._entity_words(entity)]
+        singular = folded_cues().singular
+        named = False
+        for i, tok in enumerate(tokens):
+            if tok not in singular:
+                continue
+            for j in range(i + 1, min(len(tokens), i + 5)):
+                # one row: the entity's word in the singular ("which incidents …" asks for several)
+                named = named or any(w and not w.endswith("s") and " ".join(tokens[j:j + len(w.split())]) == w
+                                     for w in words)
+        if not named:
+            return None
+        dims = list(dict.fromkeys([f"{entity}.{label}", *kept, f"{entity}.{column}"]))
+        return dims, [(f"{entity}.{column}", "desc" if measure.agg == "max" else "asc")]
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
         """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
