@@ -559,12 +559,15 @@ def test_backend_answers_a_clear_pattern_with_parameters(models_dir: None, novao
     ctx, usage = _call(novaops_services, "Quem responde diretamente à Fernanda Lopes?")
     assert ctx["path"] == "pattern:direct_reports" and usage.calls == 0 and not ctx["error"]
     assert ctx["params"] == {"manager": "E003"} and "E003" not in ctx["cypher"] and "$manager" in ctx["cypher"]
-    assert ctx["rows"] == [{"name": "Paulo Henrique Barros", "role": "Head of Finance & People"}]
+    assert ctx["rows"] == [{"name": "Paulo Henrique Barros"}]  # the role is a detail nobody asked for
     assert ctx["pattern_choice"]["decision"] == "clear"
     # the recorded query runs on its own (the eval re-runs it) and gives the same rows
     assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
     shown = BACKENDS["graph"].render(ctx)
-    assert shown.startswith("[graph] 1 result:") and "Paulo Henrique Barros | Head of Finance & People" in shown
+    assert shown.startswith("[graph] 1 result:") and "Paulo Henrique Barros" in shown
+    asked, _ = _call(novaops_services, "Quem responde diretamente à Fernanda Lopes, e com que cargo?")
+    assert asked["rows"] == [{"name": "Paulo Henrique Barros", "role": "Head of Finance & People"}]
+    assert novaops_services.graph_tool.query(asked["query"]) == asked["rows"]
 
 
 def test_backend_falls_back_to_text_to_cypher(models_dir: None, novaops_services: Services) -> None:
@@ -639,6 +642,48 @@ def test_columns_that_only_echo_a_given_value_are_dropped() -> None:
     mixed = [{"name": "Ana", "role": "primary"}, {"name": "Rui", "role": "secondary"}]
     assert drop_echoed_columns(mixed, {"role": ["primary", "secondary"]}) == mixed
     assert drop_echoed_columns([{"role": "primary"}], {"role": "primary"}) == [{"role": "primary"}]
+
+
+def test_details_the_question_does_not_ask_for_are_dropped() -> None:
+    """A detail column stays only when the question asks for it by one of its words; the words that
+    set a one-value bound ("up to 3 hops") do not ask for it; the answer column always stays."""
+    from tools.graph_patterns import drop_unasked_details
+
+    details = {"role": ["papel", "role"], "hops": ["hops", "saltos"]}
+    rows = [{"name": "Ana", "role": "qa", "hops": 1}, {"name": "Ana", "role": "qa", "hops": 2},
+            {"name": "Rui", "role": "lead", "hops": 1}]
+    assert drop_unasked_details(rows, details, "Quem trabalha nisso?") == [{"name": "Ana"}, {"name": "Rui"}]
+    assert drop_unasked_details(rows, details, "Quem trabalha nisso, e em qual papel?") == [
+        {"name": "Ana", "role": "qa"}, {"name": "Rui", "role": "lead"}]
+    assert drop_unasked_details(rows, details, "how many hops to each?") == [
+        {"name": "Ana", "hops": 1}, {"name": "Ana", "hops": 2}, {"name": "Rui", "hops": 1}]
+    assert drop_unasked_details(rows, details, "up to 2 hops, who?", bounds={"hops"}) == [
+        {"name": "Ana"}, {"name": "Rui"}]
+    assert drop_unasked_details([{"role": "qa"}], {"role": ["x"]}, "who?") == [{"role": "qa"}]  # one column stays
+
+
+def test_a_details_entry_names_a_returned_column(tmp_path: Path) -> None:
+    def unknown(d: dict[str, Any]) -> None:
+        d["patterns"][_index(d, "direct_reports")]["details"] = {"salary": ["salário"]}
+
+    message = _broken(tmp_path, unknown)
+    assert "details" in message and "salary" in message
+
+    def everything(d: dict[str, Any]) -> None:
+        d["patterns"][_index(d, "direct_reports")]["details"] = {"name": ["nome"], "role": ["cargo"]}
+
+    assert "answer itself" in _broken(tmp_path, everything)
+
+
+def test_a_dropped_detail_that_told_paths_apart_leaves_distinct_rows(models_dir: None,
+                                                                    novaops_services: Services) -> None:
+    """The dependencies within a bound, without the hops of each: one row per service, and the
+    recorded query (made DISTINCT) gives exactly those rows."""
+    ctx, usage = _call(novaops_services, "Which services does web-frontend depend on, up to 2 hops away?")
+    assert ctx["path"] == "pattern:service_dependencies" and usage.calls == 0, ctx.get("pattern_reason")
+    services = [r["service"] for r in ctx["rows"]]
+    assert services and all(set(r) == {"service"} for r in ctx["rows"]) and len(services) == len(set(services))
+    assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
 
 
 def test_without_columns_leaves_out_the_projection_and_the_order_of_dropped_aliases() -> None:

@@ -231,6 +231,9 @@ class GraphPattern(_Strict):
         "among close patterns, one whose word order fits the question wins over one whose does not"))
     parameters: list[Param] = Field(default_factory=list)
     cypher: DialectCypher
+    details: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "returned column -> the words that ask for it: a column that only adds to the answer, shown "
+        "when the question uses one of its words (the role of each person, the hops of each service)"))
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphPattern:
@@ -238,6 +241,11 @@ class GraphPattern(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"parameters: duplicate names {dupes}")
+        unknown = sorted(set(self.details) - set(self.returns()))
+        if unknown:
+            raise ValueError(f"details: {unknown} are not columns the pattern returns ({self.returns()})")
+        if self.details and not set(self.returns()) - set(self.details):
+            raise ValueError("details: at least one returned column must be the answer itself")
         for dialect in ("ladybug", "neo4j"):
             text = getattr(self.cypher, dialect)
             try:
@@ -805,7 +813,9 @@ class PatternEngine:
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
-        attempt.rows = drop_echoed_columns(rows, attempt.params)
+        attempt.rows = drop_unasked_details(drop_echoed_columns(rows, attempt.params), pattern.details, question,
+                                            bounds={n for n, v in attempt.params.items()
+                                                    if not isinstance(v, list) or len(v) == 1})
         if attempt.rows is not rows:
             attempt.cypher = _narrowed(tool, attempt.cypher, attempt.params, rows, attempt.rows)
         attempt.ok = True
@@ -829,6 +839,30 @@ def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> l
     if not echoed or len(echoed) == len(columns):
         return rows
     return [{c: v for c, v in r.items() if c not in echoed} for r in rows]
+
+
+def drop_unasked_details(rows: list[dict[str, Any]], details: dict[str, list[str]], question: str,
+                         bounds: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    """The rows without the pattern's detail columns that the question does not ask for by one of
+    their words (`GraphPattern.details`), duplicates then left out. Why: "quem são os liderados
+    diretos da X?" asks for names; the role beside each is an answer to another question, and
+    synthesis reads what the rows hold. The same rule `settle` applies to SQL dimensions. A column
+    named like one of the pattern's parameters set to one value (`bounds`: "up to three hops") is
+    not asked for by the words that set the bound.
+    """
+    if not rows or not details:
+        return rows
+    text = " " + " ".join(re.findall(r"[%\w]+", fold(question))) + " "
+    unasked = {c for c, words in details.items() if c in rows[0] and (c in bounds or not any(
+        f" {w} " in text or f" {w}s " in text for w in (" ".join(fold(x).split()) for x in words)))}
+    if not unasked or not set(rows[0]) - unasked:
+        return rows
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        kept = {c: v for c, v in r.items() if c not in unasked}
+        if kept not in out:
+            out.append(kept)
+    return out
 
 
 _RETURN = re.compile(r"\bRETURN\s+(?:DISTINCT\s+)?", re.IGNORECASE)
@@ -886,11 +920,17 @@ def _narrowed(tool: GraphTool, cypher: str, params: dict[str, Any], rows: list[d
     narrowed = without_columns(cypher, set(rows[0]) - set(shown[0])) if rows and shown else None
     if narrowed is None:
         return cypher
-    try:
-        again = tool.query(narrowed, params)
-    except Exception:  # noqa: BLE001 - a dialect the rewrite does not fit: the declared query stays
-        return cypher
-    return narrowed if again == shown else cypher
+    last = list(_RETURN.finditer(narrowed))[-1]
+    # a dropped column that told rows apart (the hops of each path) leaves duplicates: DISTINCT
+    distinct = narrowed[: last.start()] + "RETURN DISTINCT " + narrowed[last.end():]
+    for candidate in dict.fromkeys([narrowed, distinct]):
+        try:
+            again = tool.query(candidate, params)
+        except Exception:  # noqa: BLE001 - a dialect the rewrite does not fit: the declared query stays
+            continue
+        if again == shown:
+            return candidate
+    return cypher
 
 
 _ARTICLES = frozenset("o a os as the".split())
