@@ -135,6 +135,12 @@ def _table_as_list(lines: list[str]) -> list[str]:
     return out
 
 
+def _in_results(value: str, sources: dict[str, str]) -> bool:
+    """Whether `value` is written, as a whole word run, in the material shown under some tag."""
+    pattern = re.compile(rf"(?<!\w){re.escape(fold(value))}(?!\w)")
+    return bool(value) and any(pattern.search(fold(body)) for body in sources.values())
+
+
 def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
@@ -159,7 +165,12 @@ def clean_answer(answer: str, block: str) -> str:
         def tag(t: re.Match[str]) -> str:
             used = [p.strip() for p in t.group(1).split(",")
                     if p.strip().casefold() in shown and words & shown[p.strip().casefold()]]
-            return f"[{', '.join(used)}]" if used else ""
+            if used:
+                return f"[{', '.join(used)}]"
+            # a value of the results written in brackets like a tag ("[api-gateway], [auth-service]")
+            # is the answer itself: keep its text, not the brackets
+            inner = t.group(1).strip()
+            return inner if inner.casefold() not in sources and _in_results(inner, sources) else ""
 
         return _TAG.sub(tag, s)
 

@@ -240,3 +240,13 @@ def test_a_copied_api_label_line_is_removed() -> None:
     block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
     cleaned = clean_answer("Three services are degraded.\n[api:listServiceStatuses] data: service_id: api-gateway", block)
     assert cleaned == "Three services are degraded." and not leaks(cleaned)
+
+
+def test_a_result_value_written_in_brackets_is_kept_as_text() -> None:
+    """The 1.5B model sometimes writes a one-column list's values in brackets, like citation tags:
+    dropping them as unknown tags left "são:,,,,". A value the results show keeps its text; a
+    bracketed word the results do not show still goes."""
+    block = "[graph] 3 results:\nservice\napi-gateway\nauth-service\nbilling-engine"
+    cleaned = clean_answer("Os serviços são: [api-gateway], [auth-service], [billing-engine].", block)
+    assert cleaned == "Os serviços são: api-gateway, auth-service, billing-engine."
+    assert clean_answer("Os serviços são: [api-gate], [payments-api].", block) == "Os serviços são:,."

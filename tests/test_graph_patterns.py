@@ -674,6 +674,11 @@ def test_a_details_entry_names_a_returned_column(tmp_path: Path) -> None:
 
     assert "answer itself" in _broken(tmp_path, everything)
 
+    def ordering(d: dict[str, Any]) -> None:
+        d["patterns"][_index(d, "management_chain")]["details"] = {"distance": ["níveis"]}
+
+    assert "order the answer" in _broken(tmp_path, ordering)
+
 
 def test_a_dropped_detail_that_told_paths_apart_leaves_distinct_rows(models_dir: None,
                                                                     novaops_services: Services) -> None:

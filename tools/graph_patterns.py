@@ -246,6 +246,9 @@ class GraphPattern(_Strict):
             raise ValueError(f"details: {unknown} are not columns the pattern returns ({self.returns()})")
         if self.details and not set(self.returns()) - set(self.details):
             raise ValueError("details: at least one returned column must be the answer itself")
+        if set(self.details) & self.ordered_by():
+            raise ValueError(f"details: {sorted(set(self.details) & self.ordered_by())} order the answer (the levels "
+                             "of a chain): a column the pattern orders by is part of the answer, not a detail")
         for dialect in ("ladybug", "neo4j"):
             text = getattr(self.cypher, dialect)
             try:
@@ -264,6 +267,15 @@ class GraphPattern(_Strict):
         tail = re.split(r"\bRETURN\b", self.cypher.ladybug, flags=re.IGNORECASE)[-1]
         tail = re.split(r"\bORDER\s+BY\b|\bLIMIT\b", tail, flags=re.IGNORECASE)[0]
         return re.findall(r"\bAS\s+(\w+)", tail, flags=re.IGNORECASE)
+
+    def ordered_by(self) -> set[str]:
+        """The columns the final ORDER BY sorts on (their aliases, as `returns` names them)."""
+        tail = re.split(r"\bRETURN\b", self.cypher.ladybug, flags=re.IGNORECASE)[-1]
+        order = re.split(r"\bORDER\s+BY\b", tail, flags=re.IGNORECASE)
+        if len(order) < 2:
+            return set()
+        keys = re.split(r"\b(?:SKIP|LIMIT)\b", order[1], flags=re.IGNORECASE)[0]
+        return {k.split()[0] for k in keys.split(",") if k.strip()}
 
     def embedding_texts(self) -> list[str]:
         """The texts a question is compared with: the description and every example."""
