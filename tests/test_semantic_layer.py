@@ -931,3 +931,18 @@ def test_two_equalities_on_one_column_become_either_value(layer: SemanticLayer, 
     assert any("cannot equal 2 values" in n for n in notes)
     one = layer.parse({**filled, "filters": filled["filters"][:1]})
     assert layer.settle(one, question)[0].filters == one.filters
+
+
+@pytest.mark.parametrize(("question", "kept"), [
+    ("how many active tickets do those services carry", False),  # "those services": the earlier set
+    ("quantos chamados ativos esses serviços têm", False),
+    ("how many active tickets does each of those services carry", True),  # a breakdown word
+    ("how many active tickets per service", True),
+])
+def test_a_reference_to_an_earlier_set_is_not_a_breakdown(question: str, kept: bool, layer: SemanticLayer) -> None:
+    """The model groups "how many tickets do those services carry" by service: the word after a
+    reference word points at the set an earlier source found (bound later), it does not ask for
+    one count per service."""
+    q = layer.parse({"measures": ["tickets.count"], "dimensions": ["services.service_id"], "segments": ["tickets.active"]})
+    settled, _ = layer.settle(q, question)
+    assert (settled.dimensions == ["services.service_id"]) is kept

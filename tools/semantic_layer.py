@@ -1008,7 +1008,8 @@ class SemanticLayer:
             return ""
         if name in filtered and dated:
             return "the filtered period"
-        if any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(tokens, member):
+        named = _unreferenced(text)
+        if any(_has(named, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(named.split(), member):
             return ""
         role_words = [w for e in self.spec.entities.values() for jn, j in e.joins.items() if jn == prefix
                       for w in j.synonyms]
@@ -1608,6 +1609,21 @@ def _names_segment(text: str, name: str, seg: Segment) -> bool:
 def _declared_words(dim: Dimension) -> set[str]:
     """A dimension's declared values and their synonyms, folded."""
     return {fold(w) for stored, syns in dim.values.items() for w in [stored, *syns]}
+
+
+def _unreferenced(text: str) -> str:
+    """`text` (folded, space-padded) without the word that follows a reference word ("those
+    services", "esses serviços"): that word points at a set an earlier source found, it does not
+    name a column to group by. Unchanged when the question also has a breakdown word ("each of
+    those services").
+    """
+    cues = query_cue_file()
+    refs = {fold(w) for words in cues.reference_words.values() for w in words}
+    tokens = text.split()
+    if folded_cues().breakdown & set(tokens):
+        return text
+    kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in refs)]
+    return " " + " ".join(kept) + " "
 
 
 def _has(text: str, words: str) -> bool:
