@@ -854,7 +854,7 @@ def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> l
 
 
 def drop_unasked_details(rows: list[dict[str, Any]], details: dict[str, list[str]], question: str,
-                         bounds: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+                         bounds: frozenset[str] | set[str] = frozenset()) -> list[dict[str, Any]]:
     """The rows without the pattern's detail columns that the question does not ask for by one of
     their words (`GraphPattern.details`), duplicates then left out. Why: "quem são os liderados
     diretos da X?" asks for names; the role beside each is an answer to another question, and

@@ -131,6 +131,7 @@ class FoldedCues:
     aggregations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # agg -> folded words or phrases
     breakdown: frozenset[str] = frozenset()
     time: frozenset[str] = frozenset()  # time cues, grain words and month names
+    references: frozenset[str] = frozenset()  # "those", "esses": a word pointing at an earlier source's set
 
 
 @lru_cache(maxsize=4)
@@ -145,7 +146,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.person_cues),
                       {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()},
                       words(f.breakdown_cues),
-                      words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(_MONTHS))
+                      words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(_MONTHS),
+                      words(f.reference_words))
 
 
 class SemanticQueryError(ValueError):
@@ -1617,12 +1619,11 @@ def _unreferenced(text: str) -> str:
     name a column to group by. Unchanged when the question also has a breakdown word ("each of
     those services").
     """
-    cues = query_cue_file()
-    refs = {fold(w) for words in cues.reference_words.values() for w in words}
+    cues = folded_cues()
     tokens = text.split()
-    if folded_cues().breakdown & set(tokens):
+    if cues.breakdown & set(tokens):
         return text
-    kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in refs)]
+    kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in cues.references)]
     return " " + " ".join(kept) + " "
 
 

@@ -36,17 +36,24 @@ class Warmed:
     seconds: float
 
 
+def _row(name: str, calls: Any, seconds: float) -> Warmed:
+    """One prefix's row from its token accounting (None: the model keeps no local cache)."""
+    if calls is None:
+        return Warmed(name, 0, "no local cache", seconds)
+    return Warmed(name, int(calls.prompt), "evaluated" if calls.saved else "kept", seconds)
+
+
+def _failed(name: str, exc: Exception, started: float) -> Warmed:
+    return Warmed(name, 0, f"failed: {type(exc).__name__}: {exc}"[:200], time.perf_counter() - started)
+
+
 def _one(name: str, fn: Any) -> Warmed:
     started = time.perf_counter()
     try:
         calls = fn()
     except Exception as exc:  # noqa: BLE001 - one prefix that cannot be warmed leaves the others warmed
-        return Warmed(name, 0, f"failed: {type(exc).__name__}: {exc}"[:200], time.perf_counter() - started)
-    seconds = time.perf_counter() - started
-    if calls is None:
-        return Warmed(name, 0, "no local cache", seconds)
-    status = "evaluated" if calls.saved else "kept"
-    return Warmed(name, int(calls.prompt), status, seconds)
+        return _failed(name, exc, started)
+    return _row(name, calls, time.perf_counter() - started)
 
 
 def warm_all(services: Services, *, today: str, profile: str | None) -> list[Warmed]:
@@ -64,13 +71,10 @@ def warm_all(services: Services, *, today: str, profile: str | None) -> list[War
         try:
             prefixes = hook(services, today, profile)
         except Exception as exc:  # noqa: BLE001
-            out.append(Warmed(name, 0, f"failed: {type(exc).__name__}: {exc}"[:200], time.perf_counter() - started))
+            out.append(_failed(name, exc, started))
             continue
         share = (time.perf_counter() - started) / max(1, len(prefixes))
-        for prompt, calls in prefixes.items():
-            row = _one(f"{name}: {prompt}", lambda c=calls: c)
-            row.seconds = share
-            out.append(row)
+        out += [_row(f"{name}: {prompt}", calls, share) for prompt, calls in prefixes.items()]
     for lang, language in LANGUAGE.items():
         out.append(_one(f"synthesis ({lang})", lambda lg=language: warm("synthesis", "synthesize", backend=profile,
                                                                          language=lg)))
