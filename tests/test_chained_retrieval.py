@@ -142,11 +142,14 @@ def _graph_findings(services: Services, part: str, whole: str = "", *, feeds: bo
 
 def test_a_graph_pattern_that_feeds_a_later_backend_answers_despite_an_aggregate_word(
         novaops_services: Services) -> None:
-    question = f"How many services did {INCIDENT} hit?"
+    question = f"Which services did {INCIDENT} hit, and how many tickets does each have?"
     alone, _ = _graph_findings(novaops_services, question, feeds=False)
-    assert alone["path"] == "fallback" and "aggregate" in alone["pattern_reason"]  # patterns return rows
+    assert alone["path"] == "fallback" and "aggregate" in alone["pattern_reason"]  # tickets are not its answers
     fed, found = _graph_findings(novaops_services, question, feeds=True)  # a later backend counts them
     assert fed["path"].startswith("pattern:") and len(fed["rows"]) == 3 and found
+    # counting the pattern's own answers is the graph's job, fed or not
+    counted, _ = _graph_findings(novaops_services, f"How many services did {INCIDENT} hit?", feeds=False)
+    assert counted["path"] == "pattern:incident_services" and counted["rows"] == [{"count": 3}]
 
 
 def test_the_graph_tries_the_whole_question_when_its_part_names_too_little(novaops_services: Services) -> None:

@@ -28,7 +28,7 @@ from falkor import FalkorServer, start_falkordb
 from ingest.graph_loader import load_graph
 from tools.backends import BACKENDS, BackendCall
 from tools.cypher_guard import inline_parameters
-from tools.graph_patterns import PatternEngine, PatternFile, load_patterns
+from tools.graph_patterns import PatternEngine, PatternFile, counting_query, counts_answers, load_patterns
 from tools.graph_tool import GraphTool
 from tools.llm import Usage, override_model
 from tools.scripted_model import ScriptedChatModel, rule_based
@@ -133,6 +133,29 @@ def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
 
     assert "['tertiary']" in _broken(tmp_path, bad_enum_default)
 
+    def counts_a_limited_query(d: dict[str, Any]) -> None:
+        p = d["patterns"][_index(d, "team_members")]
+        p["cypher"]["ladybug"] += " LIMIT 5"
+
+    assert "counts: the pattern's RETURN cannot be rewritten" in _broken(tmp_path, counts_a_limited_query)
+
+    def lower_bound_of_nothing(d: dict[str, Any]) -> None:
+        _param(d, "reports_under", "min_levels")["exact_of"] = "depth"
+
+    assert "parameters.min_levels.exact_of: 'depth' must be another int parameter" in _broken(
+        tmp_path, lower_bound_of_nothing)
+
+    def word_value_out_of_bounds(d: dict[str, Any]) -> None:
+        _param(d, "service_dependents", "hops")["word_values"][9] = ["everything"]
+
+    assert "word_values: [9] outside 1..7" in _broken(tmp_path, word_value_out_of_bounds)
+
+    def titles_without_a_reference(d: dict[str, Any]) -> None:
+        _param(d, "manager_of", "person").update(resolve=None, graph={"label": "Employee", "key": "employee_id"},
+                                                 titles=["role"])
+
+    assert "titles: only an entity resolved through a reference kind" in _broken(tmp_path, titles_without_a_reference)
+
     path = tmp_path / "syntax.yaml"
     path.write_text("version: 1\npatterns: [\n  - name: x\n", encoding="utf-8")
     with pytest.raises(PolicyError, match=r"syntax\.yaml: malformed YAML \(line \d+"):
@@ -174,18 +197,23 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("manager_of", {"person": "E020"},
      "MATCH (a:Employee)-[:REPORTS_TO]->(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.employee_id, b.role"),
     ("manager_of", {"person": "E001"}, "MATCH (a:Employee) WHERE a.employee_id = 'nobody' RETURN a.name, a.name, a.name"),
-    ("management_chain", {"person": "E020", "levels": 10},
+    ("management_chain", {"person": "E020", "levels": 10, "min_levels": 1},
      lambda t: closure(t, "employee_id", "E020", "REPORTS_TO", 10, reverse=False, name="name", extra="role")),
-    ("management_chain", {"person": "E058", "levels": 2},
+    ("management_chain", {"person": "E058", "levels": 2, "min_levels": 1},
      lambda t: closure(t, "employee_id", "E058", "REPORTS_TO", 2, reverse=False, name="name", extra="role")),
     ("direct_reports", {"manager": "E044"},
      "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E044' RETURN b.name, b.role"),
     ("direct_reports", {"manager": "E020"},
      "MATCH (a:Employee)<-[:REPORTS_TO]-(b:Employee) WHERE a.employee_id = 'E020' RETURN b.name, b.role"),
-    ("reports_under", {"manager": "E044", "levels": 10},
+    ("reports_under", {"manager": "E044", "levels": 10, "min_levels": 1},
      lambda t: closure(t, "employee_id", "E044", "REPORTS_TO", 10, reverse=True, name="name", extra="role")),
-    ("reports_under", {"manager": "E002", "levels": 2},
+    ("reports_under", {"manager": "E002", "levels": 2, "min_levels": 1},
      lambda t: closure(t, "employee_id", "E002", "REPORTS_TO", 2, reverse=True, name="name", extra="role")),
+    # "exactly two levels below": the lower bound equals the upper one
+    ("reports_under", {"manager": "E044", "levels": 2, "min_levels": 2},
+     "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE m.employee_id = 'E044' RETURN e.name, e.role, 2"),
+    ("management_chain", {"person": "E058", "levels": 2, "min_levels": 2},
+     "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE e.employee_id = 'E058' RETURN m.name, m.role, 2"),
     ("service_dependencies", {"service": "web-frontend", "hops": 7, "criticality": ["hard", "soft"],
                               "dependency_type": ["sync", "async"]},
      lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 7, reverse=False, name="service_id")),
@@ -496,13 +524,94 @@ def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[
     assert first_name.problem and "not found" in first_name.problem
 
 
-def test_an_aggregate_question_is_left_to_the_fallback(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
-                                                       lbug_tool: GraphTool) -> None:
+def test_a_count_of_the_patterns_answers_is_counted_by_a_recorded_query(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool) -> None:
+    """"How many people …" over a pattern that answers with people is the number of its distinct
+    answers, by a count query that the context records (re-running it gives the same row)."""
     engine, _, sql = engine_and_gazetteer
     usage = Usage()
     attempt = engine.answer("Quantas pessoas trabalham no projeto Zero Trust Access?", tool=lbug_tool, today=TODAY,
                             usage=usage, backend="scripted", engine=sql)
-    assert not attempt.ok and "aggregate" in attempt.reason and usage.calls == 0
+    gold = rows_of(lbug_tool, "MATCH (e:Employee)-[:WORKS_ON]->(p:Project) WHERE p.project_id = 'PRJ-103' "
+                              "RETURN count(DISTINCT e.employee_id)")
+    assert attempt.ok and attempt.pattern == "project_members" and usage.calls == 0
+    assert [tuple(r.values()) for r in attempt.rows] == gold and gold[0][0] > 1
+    assert [tuple(r.values()) for r in lbug_tool.query(inline_parameters(attempt.cypher, attempt.params))] == gold
+    # the whole subtree of a manager named by a unique job title, at any depth
+    under = engine.answer("How many people sit under the Head of Data, at any depth?", tool=lbug_tool, today=TODAY,
+                          usage=usage, backend="scripted", engine=sql)
+    subtree = closure(lbug_tool, "employee_id", "E030", "REPORTS_TO", 10, reverse=True, name="employee_id")
+    assert under.ok and under.pattern == "reports_under" and under.rows == [{"count": len(subtree)}]
+
+
+@pytest.mark.parametrize("question", [
+    "Quantas horas por semana as pessoas do projeto Zero Trust Access dedicam em média?",  # an average
+    "Em quantos minutos a página do auth-service escala para o secundário?",  # minutes, not people
+    "What is the total allocation of the people on the Zero Trust Access project?",  # a total
+])
+def test_an_aggregate_that_is_not_a_count_of_the_answers_is_left_to_the_fallback(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool, question: str) -> None:
+    engine, _, sql = engine_and_gazetteer
+    attempt = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql)
+    assert not attempt.ok and "aggregate" in attempt.reason and not attempt.rows
+
+
+def test_counting_query_and_count_nouns() -> None:
+    cypher = "MATCH (a)-[:R]->(b {k: $x})\nRETURN DISTINCT b.name AS name, b.role AS role\nORDER BY name"
+    assert counting_query(cypher, "name") == ("MATCH (a)-[:R]->(b {k: $x})\nWITH DISTINCT b.name AS name, b.role AS role"
+                                              "\nRETURN count(DISTINCT name) AS count")
+    assert counting_query(cypher + " LIMIT 3", "name") is None  # a limited list is not all the answers
+    assert counting_query(cypher, "title") is None  # not a returned column
+    words = ["quantos", "quantas", "how many"]
+    assert counts_answers("Quantas pessoas estão no time?", words, ["pessoas"])
+    assert counts_answers("How many tier-1 services call it?", words, ["services"])
+    assert not counts_answers("Em quantos minutos ela escala?", words, ["pessoas"])
+    assert not counts_answers("Quantas vezes por semana as pessoas do time se reúnem?", words, ["pessoas"])
+
+
+def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Typed fills written for this test: a unique job title names its holder (a shared one, or one
+    that is also a team's name, names nobody; beside a name it is where the question leads), a word
+    gives a depth ("directly" one hop, "directly or indirectly" the whole depth), "exactly N levels"
+    is a lower bound too, and "counting the indirect impact" widens the default instead of narrowing."""
+    engine, gazetteer, sql = engine_and_gazetteer
+
+    def fill(name: str, question: str) -> Any:
+        return engine.fill(engine.patterns.pattern(name), question, today=TODAY, gazetteer=gazetteer, engine=sql)
+
+    assert fill("direct_reports", "Quem responde ao CFO?").values == {"manager": "E003"}
+    assert ("software engineer", "E007") not in gazetteer.get("ref:employee#title", [])  # four people hold it
+    assert all(surface != "sre" for surface, _ in gazetteer.get("ref:employee#title", []))  # a team's name too
+    chain = fill("management_chain", "Qual a cadeia de gestão do Igor Batista até a CEO?")
+    assert chain.values["person"] == "E020" and chain.problem is None
+    assert fill("service_dependents", "Quais serviços chamam o redis-cache diretamente?").values["hops"] == 1
+    assert fill("service_dependents", "Who calls redis-cache, directly or indirectly?").values["hops"] == 7
+    assert fill("service_dependents", "Who calls redis-cache within 2 hops, directly or not?").values["hops"] == 2
+    exact = fill("reports_under", "Quem está exatamente dois níveis abaixo do Alexandre Moura?").values
+    assert (exact["levels"], exact["min_levels"]) == (2, 2)
+    bound = fill("reports_under", "Quem está até dois níveis abaixo do Alexandre Moura?").values
+    assert (bound["levels"], bound["min_levels"]) == (2, 1)
+    widened = fill("service_incidents", "Em quais incidentes o api-gateway foi atingido, contando impacto indireto?")
+    assert widened.values["impact"] == ["primary", "downstream"]
+    narrowed = fill("service_incidents", "Em quais incidentes o api-gateway teve impacto indireto?")
+    assert narrowed.values["impact"] == ["downstream"]
+
+
+@pytest.mark.parametrize(("want", "question"), [
+    ("direct_reports", "Who reports to Marina Albuquerque?"),
+    ("manager_of", "A quem a Marina Albuquerque se reporta?"),
+    ("reports_under", "Quem está abaixo da Marina Albuquerque, direta ou indiretamente?"),
+])
+def test_reporting_direction_and_depth_words_leave_the_other_patterns(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str, question: str) -> None:
+    """Written for this test: the verb's side of the name decides up or down; "indirectly" rules
+    the direct reports out. The patterns of the other direction never stay among the candidates."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    names = [c.name for c in engine.rank(question, gazetteer).candidates]
+    up, down = {"manager_of", "management_chain"}, {"direct_reports", "reports_under"}
+    assert want in names and not set(names) & (down if want in up else up), names
+    if want == "reports_under":
+        assert "direct_reports" not in names
 
 
 # =========================================================================== the LLM's part, scripted

@@ -19,7 +19,10 @@ and read-only Cypher for both dialects, and this module answers a question in th
    the same typed resolution. An entity or id the question names that no parameter took means the
    question asks something narrower than the pattern, so the pattern is not used.
 3. run: the dialect's Cypher through `GraphTool.query` (guard, read-only, row cap) with the values
-   bound as query parameters, never pasted into the text.
+   bound as query parameters, never pasted into the text. A question that asks how many of the
+   pattern's answers there are ("quantas pessoas …", one of its `counts` nouns after a count word)
+   runs the same traversal rewritten to count them (`counting_query`); any other aggregate is the
+   fallback's.
 
 Every failure is a `PatternAttempt` with a reason; the graph backend then falls back to guarded
 text-to-Cypher with repair. Nothing here knows a label, a property or a word of one company: all of
@@ -141,12 +144,18 @@ class EntityParam(_ParamBase):
 
     kind: Literal["entity"]
     resolve: str | None = Field(None, description="a reference kind of policies/references.yaml")
+    titles: list[str] = Field(default_factory=list, description=(
+        "with `resolve`: columns of the kind's table whose value names a row when exactly one row holds "
+        "it (a job title: 'the CTO'), unless it is also a name of another entity kind"))
     graph: GraphLookup | None = Field(None, description="or: the graph nodes whose names resolve it")
 
     @model_validator(mode="after")
     def _one_source(self) -> EntityParam:
         if (self.resolve is None) == (self.graph is None):
             raise ValueError("give exactly one of `resolve` (a reference kind) or `graph` (label, key, names)")
+        if self.titles and self.resolve is None:
+            raise ValueError("titles: only an entity resolved through a reference kind (`resolve`) has title columns")
+        self.titles = [check_identifier(t) for t in self.titles]
         if self.resolve is not None:
             kinds = load_references().kinds
             if self.resolve not in kinds:
@@ -170,6 +179,12 @@ class IntParam(_ParamBase):
     maximum: int
     default: int | None = Field(None, description="bound when the question gives no number; null: required")
     units: list[str] = Field(min_length=1, description="words that must follow the number")
+    exact_of: str | None = Field(None, description=(
+        "a lower bound: the value of that other int parameter when the question says one of the "
+        "vocabulary's `exact_words` right before its number ('exactly two levels'), else `default`"))
+    word_values: dict[int, list[str]] = Field(default_factory=dict, description=(
+        "value -> words that give it with no number ('directly' is one hop); a number with a unit wins, "
+        "and of two values said ('directly or indirectly') the largest, the wider bound, is taken"))
 
     @model_validator(mode="after")
     def _bounds(self) -> IntParam:
@@ -177,7 +192,16 @@ class IntParam(_ParamBase):
             raise ValueError(f"minimum {self.minimum} is above maximum {self.maximum}")
         if self.default is not None and not self.minimum <= self.default <= self.maximum:
             raise ValueError(f"default {self.default} is outside {self.minimum}..{self.maximum}")
+        outside = sorted(v for v in self.word_values if not self.minimum <= v <= self.maximum)
+        if outside:
+            raise ValueError(f"word_values: {outside} outside {self.minimum}..{self.maximum}")
         return self
+
+    def said_value(self, text: str) -> int | None:
+        """The largest of the `word_values` whose words `text` says, or None."""
+        said = [v for v, words in self.word_values.items()
+                if (regex := _word_re(words)) is not None and regex.search(fold(text))]
+        return max(said) if said else None
 
 
 class WeekParam(_ParamBase):
@@ -230,10 +254,16 @@ class GraphPattern(_Strict):
     word_order: WordOrder | None = Field(None, description=(
         "among close patterns, one whose word order fits the question wins over one whose does not"))
     parameters: list[Param] = Field(default_factory=list)
+    ruled_out_by: list[str] = Field(default_factory=list, description=(
+        "words (folded, whole) that rule the pattern out whatever the similarity: 'indirectly' asks for "
+        "more than the direct reports"))
     cypher: DialectCypher
     details: dict[str, list[str]] = Field(default_factory=dict, description=(
         "returned column -> the words that ask for it: a column that only adds to the answer, shown "
         "when the question uses one of its words (the role of each person, the hops of each service)"))
+    counts: list[str] = Field(default_factory=list, description=(
+        "nouns that name one answer of the pattern (people, services): 'how many <noun>' is answered by "
+        "counting the pattern's distinct answers"))
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphPattern:
@@ -241,11 +271,21 @@ class GraphPattern(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"parameters: duplicate names {dupes}")
+        ints = {p.name: p for p in self.parameters if isinstance(p, IntParam)}
+        for p in ints.values():
+            if p.exact_of is not None and (p.exact_of not in ints or ints[p.exact_of].exact_of is not None
+                                           or p.default is None):
+                raise ValueError(f"parameters.{p.name}.exact_of: {p.exact_of!r} must be another int parameter of the "
+                                 "pattern (itself not a lower bound), and the lower bound needs a default")
         unknown = sorted(set(self.details) - set(self.returns()))
         if unknown:
             raise ValueError(f"details: {unknown} are not columns the pattern returns ({self.returns()})")
         if self.details and not set(self.returns()) - set(self.details):
             raise ValueError("details: at least one returned column must be the answer itself")
+        if self.counts and counting_query(self.cypher.ladybug, next(
+                (c for c in self.returns() if c not in self.details), "")) is None:
+            raise ValueError("counts: the pattern's RETURN cannot be rewritten to count its answers "
+                             "(a SKIP or LIMIT, or no returned column that is not a detail)")
         if set(self.details) & self.ordered_by():
             raise ValueError(f"details: {sorted(set(self.details) & self.ordered_by())} order the answer (the levels "
                              "of a chain): a column the pattern orders by is part of the answer, not a detail")
@@ -297,7 +337,16 @@ class Vocabulary(_Strict):
     number_words: dict[int, list[str]] = Field(default_factory=dict, description="number -> words")
     aggregate_words: list[str] = Field(default_factory=list, description=(
         "words of a question that asks for a count, a total or a comparison: patterns return rows, "
-        "so such a question goes to the fallback"))
+        "so such a question goes to the fallback, unless it only counts a pattern's answers"))
+    inclusive_words: list[str] = Field(default_factory=list, description=(
+        "words that, up to three words before an enum option's word, add the option to the default "
+        "instead of narrowing to it ('contando impacto indireto', 'including indirect impact')"))
+    exact_words: list[str] = Field(default_factory=list, description=(
+        "words right before a number that make it exact, not an upper bound ('exatamente dois níveis'): "
+        "an int parameter's `exact_of` lower bound then takes the same number"))
+    count_words: list[str] = Field(default_factory=list, description=(
+        "the aggregate words that ask how many: followed by one of a pattern's `counts` nouns, the "
+        "pattern's answers are counted"))
 
 
 class PatternFile(_Strict):
@@ -337,9 +386,11 @@ class Mention:
     source: str
     value: str
     surface: str
+    title: bool = False  # named by a unique title ("the CTO"), not by a name or id
 
 
 Gazetteer = dict[str, list[tuple[str, str]]]  # source -> (folded surface form, key), longest first
+TITLE_MARK = "#title"  # a gazetteer key `source + TITLE_MARK` holds the source's unique titles
 
 
 def _spaced(ident: str) -> str:
@@ -351,9 +402,14 @@ def build_gazetteer(patterns: PatternFile, engine: Engine | None, tool: GraphToo
     transactions' gazetteer reads them), graph-backed kinds from the graph. A source that cannot be
     read stays empty: its parameters then go to the LLM and resolve or fail there.
     """
-    from tools.references import reference_candidates
+    from tools.references import reference_candidates, unique_titles
 
     out: Gazetteer = {}
+    titled: dict[str, list[tuple[str, str]]] = {}
+    columns: dict[str, list[str]] = {}
+    for param in _entity_params(patterns):
+        columns.setdefault(param.source, [])
+        columns[param.source] += [t for t in param.titles if t not in columns[param.source]]
     for param in _entity_params(patterns):
         if param.source in out:
             continue
@@ -365,11 +421,20 @@ def build_gazetteer(patterns: PatternFile, engine: Engine | None, tool: GraphToo
             elif param.resolve is not None and engine is not None:
                 for cand in reference_candidates(param.resolve, engine):
                     pairs += [(fold(n), cand.id) for n in cand.names]
+                if columns[param.source]:
+                    titled[param.source] = [(fold(v), k) for k, v in
+                                            unique_titles(param.resolve, columns[param.source], engine)]
         except Exception as exc:  # noqa: BLE001 - a missing store only disables deterministic matching
             log.warning("graph patterns: gazetteer %s unavailable: %s", param.source, exc)
             pairs = []
-        out[param.source] = sorted(dict.fromkeys(p for p in pairs if p[0]), key=lambda p: len(p[0]), reverse=True)
-    return out
+        out[param.source] = pairs
+    surfaces = {source: {s for s, _ in forms} for source, forms in out.items()}
+    for source, forms in titled.items():
+        # a title that is also another kind's name ("SRE": a team and one person's role) names neither
+        others: set[str] = set().union(*(n for s, n in surfaces.items() if s != source))
+        out[source + TITLE_MARK] = [(s, k) for s, k in forms if s not in others and s not in surfaces[source]]
+    return {source: sorted(dict.fromkeys(p for p in pairs if p[0]), key=lambda p: len(p[0]), reverse=True)
+            for source, pairs in out.items()}
 
 
 def _graph_candidates(lookup: GraphLookup, tool: GraphTool) -> list[tuple[str, list[str]]]:
@@ -406,17 +471,21 @@ def find_mentions(question: str, gazetteer: Gazetteer, id_params: Iterable[IdPar
     found: list[Mention] = []
     for surface in sorted(by_surface, key=len, reverse=True):
         if f" {surface} " in folded:
-            found += [Mention(source, key, surface) for source, key in dict.fromkeys(by_surface[surface])]
+            found += [Mention(source.removesuffix(TITLE_MARK), key, surface, source.endswith(TITLE_MARK))
+                      for source, key in dict.fromkeys(by_surface[surface])]
             folded = folded.replace(f" {surface} ", " ")
     for param in id_params:
         for match in param.search().finditer(question):
             found.append(Mention(param.source, match.group(0).upper(), fold(match.group(0))))
-    return list(dict.fromkeys(found))
+    # a title beside a name of the same kind is where the name leads ("the chain of X up to the
+    # CEO"), not a second person to ask about
+    named = {m.source for m in found if not m.title}
+    return list(dict.fromkeys(m for m in found if not (m.title and m.source in named)))
 
 
 def _placeholder(source: str) -> str:
     """The word an entity is masked with: its reference kind, or its node label, in lower case."""
-    return source.split(":", 1)[1].split(".", 1)[0].lower()
+    return source.removesuffix(TITLE_MARK).split(":", 1)[1].split(".", 1)[0].lower()
 
 
 def mask_entities(text: str, gazetteer: Gazetteer | None) -> str:
@@ -445,11 +514,25 @@ def _word_re(words: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in forms) + r")(?![\w-])")
 
 
-def _numbers(text: str, vocab: Vocabulary, units: list[str] | None = None) -> list[int]:
-    """Numbers written as digits or words; with `units`, only those a unit word follows."""
+def _units_of(pattern: GraphPattern, name: str) -> list[str]:
+    """The unit words of the pattern's int parameter `name` (none for another kind)."""
+    param = next((p for p in pattern.parameters if p.name == name), None)
+    return list(param.units) if isinstance(param, IntParam) else []
+
+
+def _numbers(text: str, vocab: Vocabulary, units: list[str] | None = None, *,
+             before: list[str] | None = None) -> list[int]:
+    """Numbers written as digits or words; with `units`, only those a unit word follows; with
+    `before`, only those right after one of those words.
+    """
     words = {fold(w): n for n, ws in vocab.number_words.items() for w in ws}
     alternatives = [r"\d{1,3}", *[re.escape(w) for w in sorted(words, key=len, reverse=True)]]
     number = "(" + "|".join(alternatives) + ")"
+    if before is not None:
+        lead = "|".join(re.escape(fold(w)) for w in sorted(before, key=len, reverse=True) if fold(w))
+        if not lead:
+            return []
+        number = rf"(?<![\w-])(?:{lead})\s+" + number
     if units:
         unit = "|".join(re.escape(fold(u)) for u in sorted(units, key=len, reverse=True))
         regex = re.compile(rf"(?<![\w-]){number}[\s-]+(?:\w+\s+)?(?:{unit})(?![\w-])")
@@ -496,6 +579,27 @@ def _enum_options(param: EnumParam, text: str) -> list[str]:
         if regex is not None and regex.search(folded):
             hits.add(option)
     return [o for o in param.options if o in hits]
+
+
+def _only_included(param: EnumParam, text: str, inclusive: list[str]) -> bool:
+    """Whether every word of the text that names one of the param's options has an inclusive word
+    (`Vocabulary.inclusive_words`) at most three words before it: "counting indirect impact too"
+    widens the default to the indirect impact, where "indirect impact only" narrows to it.
+    """
+    tokens = re.findall(r"[\w-]+", fold(text))
+    cues = [fold(w).split() for w in inclusive if fold(w)]
+    named = False
+    for option in param.options:
+        for word in [option, *param.synonyms.get(option, [])]:
+            target = fold(word).split()
+            for i in range(len(tokens) - len(target) + 1):
+                if tokens[i:i + len(target)] != target:
+                    continue
+                named = True
+                before = tokens[max(0, i - 3):i]
+                if not any(before[j:j + len(c)] == c for c in cues for j in range(len(before) - len(c) + 1)):
+                    return False
+    return named
 
 
 @dataclass
@@ -620,10 +724,13 @@ class PatternEngine:
         vector = self.embeddings().embed_query(mask_entities(question, gazetteer))
         ranked = self.index(gazetteer).rank(vector)
         mentions = find_mentions(question, gazetteer or {}, _id_params(self.patterns))
-        fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)]
+        fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
+                and not _ruled_out(self.patterns.pattern(name), question)]
         order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions) for name, _ in fits}
-        if any(v is True for v in order.values()):  # word order tells the direction: its misfits go
-            fits = [(name, score) for name, score in fits if order[name] is not False]
+        if any(v is True for v in order.values()):
+            # the question's verb fits a declared word order: it is about that relation, in that
+            # direction; patterns whose order misfits, or that declare none, go
+            fits = [(name, score) for name, score in fits if order[name] is True]
         return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
                       margin=self.patterns.matching.margin, k=k)
 
@@ -698,14 +805,20 @@ class PatternEngine:
                     filled.pending.append(param.name)  # none, or two different ones: the LLM decides
             elif isinstance(param, EnumParam):
                 options = _enum_options(param, rest)
+                if options and param.default is not None and _only_included(param, rest, vocab.inclusive_words):
+                    options = [o for o in param.options if o in {*options, *param.default}]
                 if options:
                     filled.values[param.name] = options
                 elif param.default is not None:
                     filled.values[param.name] = list(param.default)
                 else:
                     filled.pending.append(param.name)
+            elif isinstance(param, IntParam) and param.exact_of is not None:
+                continue  # after the bound it follows
             elif isinstance(param, IntParam):
                 numbers = _numbers(rest, vocab, param.units)
+                worded = param.said_value(rest) if not numbers else None
+                numbers = numbers or ([] if worded is None else [worded])
                 if len(numbers) == 1:
                     if not param.minimum <= numbers[0] <= param.maximum:
                         filled.problem = f"{param.name}={numbers[0]} is outside {param.minimum}..{param.maximum}"
@@ -723,6 +836,12 @@ class PatternEngine:
                     filled.values[param.name] = _iso_week(day + timedelta(weeks=param.default_offset))
                 else:
                     filled.pending.append(param.name)
+        for param in pattern.parameters:
+            if isinstance(param, IntParam) and param.exact_of is not None:
+                bound = filled.values.get(param.exact_of)
+                exact = isinstance(bound, int) and _numbers(rest, vocab, _units_of(pattern, param.exact_of),
+                                                            before=vocab.exact_words) == [bound]
+                filled.values[param.name] = bound if exact else param.default
         by_name = {p.name: p for p in pattern.parameters}
         open_sources = {getattr(by_name[n], "source", "") for n in filled.pending}
         stray = [m for m in _stray(mentions, pattern, filled.values) if m.source not in open_sources]
@@ -799,11 +918,13 @@ class PatternEngine:
         backend of the same turn counts or sums over these rows, so an aggregate word in the
         question is its job, not a reason to leave the pattern.
         """
-        aggregate = _word_re(self.patterns.vocabulary.aggregate_words)
-        found = aggregate.search(fold(question)) if aggregate is not None and not rows_for_later else None
-        if found is not None:
-            return PatternAttempt(choice=Choice(None, "none"),
-                                  reason=f"the question asks for an aggregate ({found.group(0)!r}); patterns return rows")
+        vocab = self.patterns.vocabulary
+        aggregates = _aggregate_words(question, vocab) if not rows_for_later else []
+        why = (f"the question asks for an aggregate ({aggregates[0]!r}); patterns return rows"
+               if aggregates else "")
+        if aggregates and (not set(aggregates) <= {fold(w) for w in vocab.count_words} or not any(
+                counts_answers(question, vocab.count_words, p.counts) for p in self.patterns.patterns)):
+            return PatternAttempt(choice=Choice(None, "none"), reason=why)  # no pattern's answers counted
         gazetteer = self.gazetteer(engine, tool)
         choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer)
         attempt = PatternAttempt(choice=choice, pattern=choice.name)
@@ -812,6 +933,10 @@ class PatternEngine:
                               else choice.note or "the LLM chose none of the close patterns")
             return attempt
         pattern = self.patterns.pattern(choice.name)
+        counting = bool(aggregates)
+        if counting and not counts_answers(question, vocab.count_words, pattern.counts):
+            attempt.reason = f"{why} (not a count of what pattern {pattern.name} answers)"
+            return attempt
         filled = self.fill(pattern, question, today=today, gazetteer=gazetteer, engine=engine,
                            usage=usage, backend=backend, given=given)
         attempt.llm_filled = sorted(filled.llm_values)
@@ -825,6 +950,8 @@ class PatternEngine:
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
+        if counting:
+            return self._counted(attempt, pattern, tool)
         attempt.rows = drop_unasked_details(drop_echoed_columns(rows, attempt.params), pattern.details, question,
                                             bounds={n for n, v in attempt.params.items()
                                                     if not isinstance(v, list) or len(v) == 1})
@@ -832,6 +959,70 @@ class PatternEngine:
             attempt.cypher = _narrowed(tool, attempt.cypher, attempt.params, rows, attempt.rows)
         attempt.ok = True
         return attempt
+
+    @staticmethod
+    def _counted(attempt: PatternAttempt, pattern: GraphPattern, tool: GraphTool) -> PatternAttempt:
+        """`attempt` answered with the number of the pattern's distinct answers, by a query that
+        counts them (recorded, so re-running it gives the row synthesis read); the fallback's when
+        the pattern's RETURN cannot be rewritten or the count query fails.
+        """
+        answer = next((c for c in pattern.returns() if c not in pattern.details), None)
+        cypher = counting_query(attempt.cypher, answer) if answer else None
+        if cypher is None:
+            attempt.reason = f"pattern {pattern.name}: its answers cannot be counted by a rewrite"
+            return attempt
+        try:
+            rows = tool.query(cypher, attempt.params)
+        except Exception as exc:  # noqa: BLE001 - a dialect the rewrite does not fit: the fallback decides
+            attempt.reason = f"pattern {pattern.name} count failed: {type(exc).__name__}: {exc}"[:400]
+            return attempt
+        attempt.cypher, attempt.rows, attempt.ok = cypher, rows, True
+        return attempt
+
+
+def _aggregate_words(question: str, vocab: Vocabulary) -> list[str]:
+    """The aggregate words (`Vocabulary.aggregate_words`) the question uses, folded, in its order."""
+    regex = _word_re(vocab.aggregate_words)
+    return [] if regex is None else list(dict.fromkeys(m.group(0) for m in regex.finditer(fold(question))))
+
+
+def counts_answers(question: str, count_words: Iterable[str], nouns: Iterable[str]) -> bool:
+    """Whether the question asks how many of the pattern's answers there are: a count word with one
+    of the pattern's nouns at most two words after it ("quantas pessoas", "how many tier-1
+    services"). "Em quantos minutos ela escala" counts minutes, not the pattern's answers.
+    """
+    tokens = re.findall(r"[\w-]+", fold(question))
+    said = {fold(n) for n in nouns}
+    for phrase in sorted({fold(w) for w in count_words if fold(w)}, key=len, reverse=True):
+        words = phrase.split()
+        for i in range(len(tokens) - len(words) + 1):
+            if tokens[i:i + len(words)] == words and said & set(tokens[i + len(words):i + len(words) + 3]):
+                return True
+    return False
+
+
+def counting_query(cypher: str, answer: str) -> str | None:
+    """`cypher` counting the distinct values of its returned column `answer` instead of listing
+    its rows: the final `RETURN [DISTINCT] items [ORDER BY ...]` becomes `WITH [DISTINCT] items
+    RETURN count(DISTINCT answer) AS count` (a SKIP or LIMIT keeps the query as declared: None).
+    """
+    found = list(_RETURN.finditer(cypher))
+    if not found:
+        return None
+    last = found[-1]
+    body = cypher[last.end():]
+    tail_at = _TAIL.search(body)
+    if tail_at and re.match(r"\s+(?:SKIP|LIMIT)\b", body[tail_at.start():], re.IGNORECASE):
+        return None
+    projection = body[: tail_at.start()] if tail_at else body
+    order = _ORDER.match(body[tail_at.start():]) if tail_at else None
+    if order and order.group(3):
+        return None
+    names = [re.search(r"\bAS\s+(\w+)\s*$", it, re.IGNORECASE) for it in _top_level(projection)]
+    if answer not in [m.group(1) for m in names if m]:
+        return None
+    with_ = "WITH DISTINCT " if re.search(r"\bDISTINCT\b", last.group(0), re.IGNORECASE) else "WITH "
+    return f"{cypher[: last.start()]}{with_}{projection.strip()}\nRETURN count(DISTINCT {answer}) AS count"
 
 
 def drop_echoed_columns(rows: list[dict[str, Any]], params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -967,6 +1158,13 @@ def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention])
             if at > first:
                 return True
     return False
+
+
+def _ruled_out(pattern: GraphPattern, question: str) -> bool:
+    """Whether the question says one of the words that rule the pattern out (`ruled_out_by`)."""
+    words = re.findall(r"[\w-]+", fold(question))
+    text = f" {' '.join(words)} "
+    return any(f" {' '.join(fold(w).split())} " in text for w in pattern.ruled_out_by)
 
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:

@@ -124,6 +124,25 @@ def reference_candidates(kind: str, engine: Engine, path: Path = REFERENCES_FILE
     return out
 
 
+def unique_titles(kind: str, columns: list[str], engine: Engine, path: Path = REFERENCES_FILE
+                  ) -> list[tuple[str, str]]:
+    """(id, value) for each value of the kind's `columns` that exactly one row holds: a title that
+    names one row ("CTO", "Head of Data") the way a label does. A value two rows share names no one.
+    """
+    spec = reference_kind(kind, path)
+    out: list[tuple[str, str]] = []
+    for name in columns:
+        target = table(spec.table, column(spec.id), column(check_identifier(name)))
+        with engine.connect() as conn:
+            rows = conn.execute(select(target.c[spec.id], target.c[name])).all()
+        owners: dict[str, set[str]] = {}
+        for ident, value in rows:
+            if value is not None and str(value).strip():
+                owners.setdefault(str(value).strip(), set()).add(str(ident))
+        out += [(next(iter(ids)), value) for value, ids in owners.items() if len(ids) == 1]
+    return out
+
+
 def row_exists(conn: Connection, table_name: str, column_name: str, value: Any) -> bool:
     """Whether `table_name` has a row whose `column_name` equals `value` (identifiers validated and quoted)."""
     target = table(check_identifier(table_name), column(check_identifier(column_name)))
