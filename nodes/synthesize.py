@@ -195,11 +195,16 @@ def _labels(rows: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str) -> str:
-    """The answer, plus the full list when it names two or more rows of a short query result but
-    not all of them. Why: the 1.5B model stops listing after three or four items ("depends on A, B
-    and C" out of seven rows), and a user cannot tell a cut list from a complete one.
+def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, question: str | None = None) -> str:
+    """The answer, plus the full list when it names some rows of a short query result but not all
+    of them. Why: the 1.5B model stops listing after three or four items ("depends on A, B and C"
+    out of seven rows), or names only the first level of a chain, and a user cannot tell a cut
+    list from a complete one. One row named is enough when the question has no superlative
+    (`policies/query_cues.yaml`: "the closest …" asks for one row); without the question, two.
     """
+    from tools.semantic_layer import folded_cues
+
+    one = question is None or bool(folded_cues().superlatives & set(re.findall(r"\w+", fold(question))))
     folded = fold(answer)
     for c in contexts:
         rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
@@ -207,7 +212,7 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str) -> str
             continue
         labels = _labels(rows)
         named = [v for v in labels if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
-        if 2 <= len(named) < len(labels):
+        if (2 if one else 1) <= len(named) < len(labels):
             answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
             folded = fold(answer)
     return answer
@@ -244,7 +249,7 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         log.warning("synthesis failed: %s", exc)
         return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
-    cleaned = complete_list(clean_answer(answer, block), answered, lang) or say("no_answer", lang)
+    cleaned = complete_list(clean_answer(answer, block), answered, lang, user_text(state)) or say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
     return {"answer": cleaned, "notices": [gap] if gap else [],
             "turn": trace("synthesize", route="answer", **extra, **usage.trace())}

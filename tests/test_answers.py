@@ -194,6 +194,18 @@ def test_a_list_cut_short_gets_the_full_list() -> None:
     assert pt.endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
 
 
+def test_one_row_named_of_a_list_the_question_asks_for_gets_the_full_list() -> None:
+    """A chain answered with its first level only: the question asks for no single row."""
+    chain = {"backend": "graph", "rows": [{"manager": m, "distance": d} for m, d in
+                                          [("Ana Lima", 1), ("Rui Costa", 2), ("Eva Prado", 3)]]}
+    out = complete_list("A linha de reporte da Joana passa pela Ana Lima.", [chain], "pt",
+                        "Por quais gestores passa a linha de reporte da Joana?")
+    assert out.endswith("Lista completa: Ana Lima, Rui Costa, Eva Prado.")
+    # a wrong completion must not pass: the one row a superlative asks for stays alone
+    one = complete_list("A gestora mais próxima é a Ana Lima.", [chain], "pt", "Quem é a gestora mais próxima da Joana?")
+    assert one == "A gestora mais próxima é a Ana Lima."
+
+
 @pytest.mark.parametrize("answer", [
     "web-frontend depends on api-gateway, auth-service, event-bus and redis-cache.",  # complete already
     "The closest dependency is api-gateway.",  # one named: an answer about one row, not a list
@@ -201,6 +213,7 @@ def test_a_list_cut_short_gets_the_full_list() -> None:
 ])
 def test_a_complete_or_non_list_answer_is_left_alone(answer: str) -> None:
     assert complete_list(answer, [DEPS], "en") == answer
+    assert complete_list(answer, [DEPS], "en", "Which service is the closest dependency of web-frontend?") == answer
     many = {"backend": "sql", "rows": [{"name": f"svc-{i}"} for i in range(LIST_ROWS + 1)]}
     assert complete_list("svc-1 and svc-2 and more.", [many], "en") == "svc-1 and svc-2 and more."
 

@@ -514,6 +514,90 @@ def test_settle_answers_which_row_holds_the_extreme_with_that_row(question: str,
     assert not results_match(want, _answer(layer, tool, layer.parse(filled)), strict=True)
 
 
+@pytest.mark.parametrize(("question", "filled", "gold"), [
+    ("Qual foi a despesa mais recente da categoria software?",  # a list of the category's expenses filled
+     {"dimensions": ["expenses.expense_id"], "filters": [{"field": "expenses.category", "op": "=", "value": "software"}]},
+     "SELECT expense_id, expense_date FROM expenses WHERE category = 'software' ORDER BY expense_date DESC LIMIT 1"),
+    ("What was the latest SEV2 incident, and on which service?",  # "latest" read as the longest time
+     {"measures": ["incidents.max_minutes_to_resolve"], "dimensions": ["incidents.service_id"],
+      "filters": [{"field": "incidents.severity", "op": "=", "value": "SEV2"}]},
+     "SELECT incident_id, service_id, opened_at FROM incidents WHERE severity = 'SEV2' ORDER BY opened_at DESC LIMIT 1"),
+    ("Which was the oldest ticket for the search-service?",
+     {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "tickets.service_id", "op": "=",
+                                                        "value": "search-service"}]},
+     "SELECT ticket_id, created_at FROM tickets WHERE service_id = 'search-service' ORDER BY created_at LIMIT 1"),
+])
+def test_settle_answers_the_newest_or_oldest_row_by_the_entitys_date(
+        question: str, filled: dict[str, Any], gold: str, layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "The most recent incident" is the row with the latest date of the entity's period
+    dimension; the model's list of every row, or its largest value, is not the gold."""
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert not settled.measures and settled.limit == 1 and any("row:" in n for n in notes), notes
+    want = _rows(novaops, gold)
+    assert want and results_match(want, _answer(layer, tool, settled), ordered=True, strict=True)
+    assert not results_match(want, _answer(layer, tool, layer.parse(filled)), ordered=True, strict=True)
+
+
+def test_settle_shows_the_column_a_list_question_names(layer: SemanticLayer) -> None:
+    """ "… e qual a severidade?" filled with the time to resolve shows the severity; a column the
+    question names stays, and two named columns leave the model's choice alone."""
+    filled = {"dimensions": ["incidents.incident_id", "incidents.minutes_to_resolve"],
+              "filters": [{"field": "incidents.service_id", "op": "=", "value": "auth-service"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quais incidentes do auth-service, e com qual severidade?")
+    assert settled.dimensions == ["incidents.incident_id", "incidents.severity"] and any("names severity" in n
+                                                                                        for n in notes)
+    asked = "Quais incidentes do auth-service, e quantos minutos levou a resolução de cada?"
+    assert layer.settle(layer.parse(filled), asked)[0].dimensions == filled["dimensions"]
+    both = "Quais incidentes do auth-service, com severidade e status?"
+    assert "incidents.minutes_to_resolve" in layer.settle(layer.parse(filled), both)[0].dimensions
+
+
+def test_settle_drops_a_key_whose_row_a_filter_fixes(layer: SemanticLayer) -> None:
+    """Projects of the team named Payments: the owning team's id is the same in every row."""
+    filled = {"dimensions": ["projects.name", "projects.owner_team_id", "projects.status"],
+              "filters": [{"field": "teams.name_en", "op": "=", "value": "Payments"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Which projects does the Payments team own, and their status?")
+    assert settled.dimensions == ["projects.name", "projects.status"], notes
+    free = {**filled, "filters": [{"field": "projects.status", "op": "=", "value": "active"}]}
+    assert "projects.owner_team_id" in layer.settle(layer.parse(free), "Which active projects, and whose are they?")[0].dimensions
+
+
+def test_settle_drops_a_day_the_question_does_not_name(layer: SemanticLayer) -> None:
+    """ "The most recent incident" filled with "opened today" asks about a day nobody named; a day
+    the question names (a date, "ontem", a month) stays."""
+    filled = {"dimensions": ["incidents.incident_id"], "order": [{"field": "incidents.opened_at", "direction": "desc"}],
+              "limit": 1, "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2026-05-15"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Qual foi o incidente mais recente?")
+    assert settled.filters == [] and any("names no day" in n for n in notes)
+    for named in ("Qual foi o incidente mais recente de ontem?", "Which incident opened on 2026-05-15 was the latest?",
+                  "Qual o incidente mais recente aberto em 15 de maio?"):
+        assert layer.settle(layer.parse(filled), named)[0].filters, named
+
+
+@pytest.mark.parametrize(("question", "filled"), [
+    ("How many incidents were opened last week?", {"measures": ["incidents.count"]}),  # "last" bounds a period
+    ("Quais foram as últimas despesas de software?", {"dimensions": ["expenses.expense_id"]}),  # plural: a list
+    ("What is the total of the latest expenses?", {"measures": ["expenses.sum_amount_usd"]}),  # a sum stays
+])
+def test_settle_leaves_recency_words_that_ask_for_no_single_row(question: str, filled: dict[str, Any],
+                                                                 layer: SemanticLayer) -> None:
+    settled, _ = layer.settle(layer.parse(filled), question)
+    assert settled.limit is None and settled.measures == layer.parse(filled).measures
+
+
+def test_settle_reads_each_one_as_a_column_of_the_listed_rows(layer: SemanticLayer, tool: SQLTool,
+                                                               novaops: Path) -> None:
+    """ "Quais serviços … e qual o status de cada um?" lists the services with their status; "cada
+    um" points at those rows, it asks for no count per status. A real breakdown keeps its count."""
+    filled = {"measures": ["services.count"], "dimensions": ["services.status"],
+              "filters": [{"field": "services.tier", "op": "=", "value": 1}]}
+    settled, _ = layer.settle(layer.parse(filled), "Quais serviços são tier 1, e qual o status de cada um?")
+    gold = _rows(novaops, "SELECT service_id, status FROM services WHERE tier = 1")
+    assert not settled.measures and results_match(gold, _answer(layer, tool, settled), strict=True)
+    per_status, _ = layer.settle(layer.parse(filled), "Quantos serviços tier 1 há em cada status?")
+    assert per_status.measures == ["services.count"] and per_status.dimensions == ["services.status"]
+
+
 @pytest.mark.parametrize(("question", "filled"), [
     ("What is the longest time to resolve among SEV4 incidents?", {"measures": ["incidents.max_minutes_to_resolve"]}),
     ("Qual o maior valor de despesa de hardware?", {"measures": ["expenses.max_amount_usd"]}),

@@ -253,7 +253,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     if periods:
         named = sorted({m.name for m in mentions if m.kind == "column" and m.name.split(".", 1)[1] in dated
                         and m.name.split(".", 1)[0] == base})
-        default = ent.time_dimension or (dated[0] if len(dated) == 1 else None)
+        default = ent.period_dimension()
         date = named[0] if len(named) == 1 else f"{base}.{default}" if default and not named else None
         if date is None:
             return None

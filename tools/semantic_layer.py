@@ -105,6 +105,11 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that carry no slot of a query (articles, auxiliaries, 'now')")
     reference_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that point at what an earlier source found (those, esses)")
+    recency_cues: dict[Literal["latest", "earliest"], list[str]] = Field(
+        default_factory=dict, description="words for the newest or the oldest row of an entity")
+    row_references: dict[str, list[str]] = Field(
+        default_factory=dict, description="phrases after a breakdown word that point at the listed rows (cada um)")
+    day_cues: dict[str, list[str]] = Field(default_factory=dict, description="words that name a day (hoje, today)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -132,6 +137,9 @@ class FoldedCues:
     breakdown: frozenset[str] = frozenset()
     time: frozenset[str] = frozenset()  # time cues, grain words and month names
     references: frozenset[str] = frozenset()  # "those", "esses": a word pointing at an earlier source's set
+    recency: dict[str, tuple[str, ...]] = field(default_factory=dict)  # latest/earliest -> folded phrases
+    row_references: tuple[str, ...] = ()  # "cada um": folded phrases
+    days: frozenset[str] = frozenset()  # day cues and month names
 
 
 @lru_cache(maxsize=4)
@@ -147,7 +155,10 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()},
                       words(f.breakdown_cues),
                       words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(_MONTHS),
-                      words(f.reference_words))
+                      words(f.reference_words),
+                      {k: tuple(" ".join(fold(w).split()) for w in ws) for k, ws in f.recency_cues.items()},
+                      tuple(" ".join(fold(w).split()) for ws in f.row_references.values() for w in ws),
+                      words(f.day_cues) | frozenset(_MONTHS))
 
 
 class SemanticQueryError(ValueError):
@@ -653,7 +664,7 @@ class SemanticLayer:
         asks for an entity by a question word ("qual projeto …") shows that entity's label. A segment
         of the base entity the question names ("chamados ativos") and the model left out is added.
         """
-        tokens = re.findall(r"\w+", fold(question))
+        tokens = _without_phrases(re.findall(r"\w+", fold(question)), folded_cues().row_references)
         text = " " + " ".join(tokens) + " "
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
@@ -675,6 +686,11 @@ class SemanticLayer:
             timed = [(f, o, v) for f, o, v in filters if o not in ("is_null", "not_null") and self._dated(f)]
             dropped += [f"filter {f} {o} {v!r} (the question names no period)" for f, o, v in timed]
             filters = [flt for flt in filters if flt not in timed]
+        elif not _names_day(question, tokens):
+            # "the most recent incident" names a time, not a day: one day fixed is the model's
+            days = [(f, o, v) for f, o, v in filters if o == "=" and self._dated(f) and _DAY.fullmatch(str(v))]
+            dropped += [f"filter {f} {o} {v!r} (the question names no day)" for f, o, v in days]
+            filters = [flt for flt in filters if flt not in days]
         q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters, list(q.order), q.limit)
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
@@ -699,6 +715,11 @@ class SemanticLayer:
             dropped.append(f"{measures[0]} (the question asks which {measures[0].split('.', 1)[0]} has it: "
                            f"that row, {', '.join(record[0])})")
             measures, kept, order, limit = [], *record, 1
+        latest = self._latest_record(measures, kept, order, tokens)
+        if latest is not None and self._lists(q, latest[0]):  # "the most recent incident" is that row
+            dropped.append(f"{', '.join(measures) or 'the list'} (the question asks for the "
+                           f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
+            measures, kept, order, limit = [], *latest, 1
         if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
@@ -709,6 +730,10 @@ class SemanticLayer:
             dropped.append(f"{measures[0]} (the question asks for no number: the rows, {', '.join(listed)})")
             measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
         if not measures and kept:
+            swapped_in, notes = self._named_dimensions(kept, text)
+            if notes and self._lists(q, swapped_in):
+                renamed = dict(zip(kept, swapped_in, strict=True))
+                kept, order, dropped = swapped_in, [(renamed.get(f, f), d) for f, d in order], [*dropped, *notes]
             asked = self._asked_labels(kept, tokens, q.filters)
             if asked and not self._lists(q, [*asked, *kept]):  # only an entity the query reaches
                 asked = []
@@ -898,15 +923,24 @@ class SemanticLayer:
 
     def _asked_labels(self, kept: list[str], tokens: list[str], filters: list[tuple[str, str, Any]]) -> list[str]:
         """The labels of the entities a list question asks for by a question word ("que projeto …",
-        "which service …") when no column of theirs is shown but keys: "which project ends in
-        June, and who leads it?" filled with the lead's name alone answers only half. An entity
-        whose name or id an `=` filter gives is one row the question already names.
+        "which service …") when no column that names their rows is shown (the label or the primary
+        key; a join key names another entity's rows): "which project ends in June, and who leads
+        it?" filled with the lead's name alone answers only half, and "which services are tier 1,
+        and the status of each?" with the status alone names no service. An entity whose name or
+        id an `=` filter gives is one row the question already names.
         """
         shown: set[str] = set()
         for name in kept:
             found = self._dimension(name)
-            if found is not None and not self._joins_on(found[1], found[2]):
-                shown.add(found[1])
+            if found is None:
+                continue
+            joins = self._joins_on(found[1], found[2])
+            # a key column names the rows of its own entity, or of the entity its join reaches
+            # (incidents.service_id shows which service) when it holds that entity's key or label
+            for entity, column in ([(j.entity, j.target_column or self.spec.entities[j.entity].primary_key)
+                                    for _, j in joins] if joins else [(found[1], found[2])]):
+                if column in (self._label(entity), self.spec.entities[entity].primary_key):
+                    shown.add(entity)
         fixed = self._named_rows(filters)
         cues = folded_cues()
         asking = cues.grouping - cues.breakdown  # qual, quais, que, which, what: not "por", "each"
@@ -1002,22 +1036,53 @@ class SemanticLayer:
         entity = self._entity_of(prefix)
         if entity is None or member not in self.spec.entities[entity].dimensions:
             return ""  # an unknown name: `parse`/`plan` refuse it with their own message
-        dim = self.spec.entities[entity].dimensions[member]
         dated = self.kind(entity, member) in ("date", "timestamp")
         if name in fixed and not dated:  # a date "= 2026-03" is a period: its rows differ
             return "fixed by a filter"
+        if not dated and any(j.entity in self._named_rows(q.filters) for _, j in self._joins_on(entity, member)):
+            return "its entity's row is fixed by a filter"  # projects.owner_team_id under teams.name = X
         if not q.measures:
             return ""
         if name in filtered and dated:
             return "the filtered period"
-        named = _unreferenced(text)
-        if any(_has(named, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(named.split(), member):
+        if self._said_column(entity, member, _unreferenced(text)):
             return ""
         role_words = [w for e in self.spec.entities.values() for jn, j in e.joins.items() if jn == prefix
                       for w in j.synonyms]
         if any(_after_cue(tokens, w) for w in [*self._entity_words(prefix), *role_words]):
             return ""
         return "not asked for"
+
+    def _said_column(self, entity: str, member: str, text: str) -> bool:
+        """Whether the folded, space-padded `text` names the dimension: its name, a synonym, or a
+        cognate of its name ("severidade" ~ severity).
+        """
+        dim = self.spec.entities[entity].dimensions[member]
+        return any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(text.split(), member)
+
+    def _named_dimensions(self, kept: list[str], text: str) -> tuple[list[str], list[str]]:
+        """A list's dimensions with the column the question names swapped in: "the latest incident
+        and its severity" filled with the time to resolve shows the severity. Only for a column of
+        the model's that the question does not name and that does not name rows itself (a label, a
+        key, a join key, the period date), when exactly one other column of its entity is named
+        and not shown.
+        """
+        out, notes = list(kept), []
+        for i, name in enumerate(kept):
+            found = self._dimension(name)
+            if found is None or GRAIN_SEP in name:
+                continue
+            prefix, entity, member, _ = found
+            ent = self.spec.entities[entity]
+            plain = {self._label(entity), ent.primary_key, ent.period_dimension()}
+            if member in plain or self._joins_on(entity, member) or self._said_column(entity, member, text):
+                continue
+            said = [m for m in ent.dimensions if m not in plain and f"{prefix}.{m}" not in out
+                    and not self._joins_on(entity, m) and self._said_column(entity, m, text)]
+            if len(said) == 1:
+                out[i] = f"{prefix}.{said[0]}"
+                notes.append(f"{name} (the question names {said[0]}: {out[i]})")
+        return out, notes
 
     def _rows_behind(self, measures: list[str], kept: list[str], order: list[tuple[str, str]], tokens: list[str],
                      text: str, filters: list[tuple[str, str, Any]]) -> list[str]:
@@ -1084,6 +1149,35 @@ class SemanticLayer:
             return None
         dims = list(dict.fromkeys([f"{entity}.{label}", *kept, f"{entity}.{column}"]))
         return dims, [(f"{entity}.{column}", "desc" if measure.agg == "max" else "asc")]
+
+    def _latest_record(self, measures: list[str], kept: list[str], order: list[tuple[str, str]], tokens: list[str]
+                       ) -> tuple[list[str], list[tuple[str, str]]] | None:
+        """(dimensions, order) of the newest or the oldest row of an entity, when a recency cue
+        (`policies/query_cues.yaml`) stands right before or after the entity's word in the singular
+        ("o incidente mais recente", "the latest expense"): the entity's label, the dimensions the
+        model chose and its period dimension, ordered by that date. Only when the model filled no
+        measure or only a largest/smallest of that entity ("most recent" read as the longest time);
+        a count, a sum or a plural ("the last incidents") keeps the model's query.
+        """
+        cues = folded_cues().recency
+        for entity, ent in self.spec.entities.items():
+            when, label = ent.period_dimension(), self._label(entity)
+            if when is None or label is None:
+                continue
+            own = [self._measure(m) for m in measures]
+            if any(f is None or f[0] != entity or f[2].agg not in ("max", "min") for f in own):
+                continue
+            if (f"{entity}.{when}", "desc") in order or (f"{entity}.{when}", "asc") in order:
+                return None  # the model ordered by the date already
+            words = [w for w in (" ".join(fold(x).split()) for x in self._entity_words(entity))
+                     if w and not w.endswith("s")]
+            for direction, phrases in cues.items():
+                for phrase in phrases:
+                    if any(_next_to(tokens, phrase, w) for w in words):
+                        dims = list(dict.fromkeys([f"{entity}.{label}", *(d for d in kept if GRAIN_SEP not in d),
+                                                   f"{entity}.{when}"]))
+                        return dims, [(f"{entity}.{when}", "desc" if direction == "latest" else "asc")]
+        return None
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
         """Whether a ranked aggregate asks for ONE row: a superlative word (`policies/query_cues.yaml`)
@@ -1603,6 +1697,17 @@ def _names_time(question: str, tokens: list[str]) -> bool:
     return bool(folded_cues().time & set(tokens)) or bool(_YEARISH.search(fold(question)))
 
 
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _names_day(question: str, tokens: list[str]) -> bool:
+    """Whether the question names a day: a date written out, a day word or a month name
+    (`policies/query_cues.yaml` `day_cues`).
+    """
+    return bool(folded_cues().days & set(tokens)) or bool(
+        re.search(r"\d{4}-\d{2}-\d{2}|(?<![\w/])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])", question))
+
+
 def _names_segment(text: str, name: str, seg: Segment) -> bool:
     """Whether the folded, space-padded `text` says the segment's name or one of its synonyms."""
     return any(f" {fold(w)} " in text for w in [name.replace("_", " "), *seg.synonyms])
@@ -1625,6 +1730,31 @@ def _unreferenced(text: str) -> str:
         return text
     kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in cues.references)]
     return " " + " ".join(kept) + " "
+
+
+def _without_phrases(tokens: list[str], phrases: Iterable[str]) -> list[str]:
+    """`tokens` with every occurrence of the (folded, space-joined) `phrases` left out."""
+    out = " " + " ".join(tokens) + " "
+    for phrase in sorted(phrases, key=len, reverse=True):
+        out = out.replace(f" {phrase} ", " ")
+    return out.split()
+
+
+def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
+    """Whether `phrase` stands right before `word` or right after it, one word between at most
+    ("a despesa mais recente", "the latest SEV2 incident", "o último chamado").
+    """
+    p, w = phrase.split(), word.split()
+    for i in range(len(tokens)):
+        if tokens[i:i + len(p)] == p:  # the cue, then at most one word (an article, a value: "SEV2")
+            after = i + len(p)
+            if w in (tokens[after:after + len(w)], tokens[after + 1:after + 1 + len(w)]):
+                return True
+        if tokens[i:i + len(w)] == w:  # the entity, then the cue
+            after = i + len(w)
+            if p in (tokens[after:after + len(p)], tokens[after + 1:after + 1 + len(p)]):
+                return True
+    return False
 
 
 def _has(text: str, words: str) -> bool:

@@ -147,6 +147,11 @@ class Entity(_Strict):
         """The table behind the entity named `name`."""
         return self.table or name
 
+    def period_dimension(self) -> str | None:
+        """The date a period or a recency applies to: `time_dimension`, else the only dated dimension."""
+        dated = [d for d, dim in self.dimensions.items() if dim.time_grains]
+        return self.time_dimension or (dated[0] if len(dated) == 1 else None)
+
 
 class Example(_Strict):
     """A worked question and its query object, shown to the LLM and compiled when the layer loads."""
