@@ -215,23 +215,28 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("management_chain", {"person": "E058", "levels": 2, "min_levels": 2},
      "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE e.employee_id = 'E058' RETURN m.name, m.role, 2"),
     ("service_dependencies", {"service": "web-frontend", "hops": 7, "criticality": ["hard", "soft"],
-                              "dependency_type": ["sync", "async"]},
+                              "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
      lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 7, reverse=False, name="service_id")),
     ("service_dependencies", {"service": "payments-api", "hops": 4, "criticality": ["hard"],
-                              "dependency_type": ["sync", "async"]},
+                              "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
      lambda t: closure(t, "service_id", "payments-api", "DEPENDS_ON", 4, reverse=False, name="service_id",
                        where="r.criticality = 'hard'")),
     ("service_dependencies", {"service": "billing-engine", "hops": 5, "criticality": ["hard", "soft"],
-                              "dependency_type": ["sync"]},
+                              "dependency_type": ["sync"], "tier": [1, 2, 3]},
      lambda t: closure(t, "service_id", "billing-engine", "DEPENDS_ON", 5, reverse=False, name="service_id",
                        where="r.dependency_type = 'sync'")),
     ("service_dependents", {"service": "secrets-vault", "hops": 2, "criticality": ["hard", "soft"],
-                            "dependency_type": ["sync", "async"]},
+                            "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
      lambda t: closure(t, "service_id", "secrets-vault", "DEPENDS_ON", 2, reverse=True, name="service_id")),
     ("service_dependents", {"service": "postgres-main", "hops": 7, "criticality": ["soft"],
-                            "dependency_type": ["sync", "async"]},
+                            "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
      lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id",
                        where="r.criticality = 'soft'")),
+    # "tier 1 services that would be hit": the dependents, only those of tier 1
+    ("service_dependents", {"service": "postgres-main", "hops": 7, "criticality": ["hard", "soft"],
+                            "dependency_type": ["sync", "async"], "tier": [1]},
+     lambda t: [r for r in closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id")
+                if rows_of(t, f"MATCH (s:Service) WHERE s.service_id = '{r[0]}' RETURN s.tier")[0][0] == 1]),
     ("service_owner", {"service": "payments-api"},
      "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'payments-api' RETURN t.name, t.name_en, t.team_id"),
     ("service_owner", {"service": "data-warehouse"},
@@ -254,9 +259,9 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("on_call_of_person", {"person": "E001"},
      "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E001' "
      "RETURN sh.week, sh.role, s.service_id"),
-    ("incident_services", {"incident": "INC-2080", "impact": ["primary", "downstream"]},
+    ("incident_services", {"incident": "INC-2080", "impact": ["primary", "downstream"], "tier": [1, 2, 3]},
      "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE i.incident_id = 'INC-2080' RETURN s.service_id, a.impact"),
-    ("incident_services", {"incident": "INC-2080", "impact": ["downstream"]},
+    ("incident_services", {"incident": "INC-2080", "impact": ["downstream"], "tier": [1, 2, 3]},
      "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE i.incident_id = 'INC-2080' AND a.impact = 'downstream' "
      "RETURN s.service_id, a.impact"),
     ("service_incidents", {"service": "api-gateway", "impact": ["primary", "downstream"]},
@@ -291,7 +296,7 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
 
 
 def _case_id(case: tuple[str, dict[str, Any], Any]) -> str:
-    return case[0] + ":" + ",".join(str(v if not isinstance(v, list) else "+".join(v)) for v in case[1].values())
+    return case[0] + ":" + ",".join(str(v if not isinstance(v, list) else "+".join(map(str, v))) for v in case[1].values())
 
 
 def _same(ours: list[tuple[Any, ...]], gold: list[tuple[Any, ...]]) -> bool:
@@ -513,7 +518,7 @@ def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[
         return engine.fill(engine.patterns.pattern(name), question, today=TODAY, gazetteer=gazetteer, engine=sql)
 
     deps = fill("service_dependencies", "Quais as dependências síncronas e críticas do billing-engine, até três saltos?")
-    assert deps.values == {"service": "billing-engine", "hops": 3, "criticality": ["hard"], "dependency_type": ["sync"]}
+    assert deps.values == {"service": "billing-engine", "hops": 3, "criticality": ["hard"], "dependency_type": ["sync"], "tier": ["tier1", "tier2", "tier3"]}
     both = fill("on_call_for_service", "Who are the primary and the secondary on call for auth-service?")
     assert both.values["role"] == ["primary", "secondary"]
     assert "outside 1..10" in (fill("management_chain", "Suba 11 níveis acima do Igor Batista.").problem or "")
@@ -591,6 +596,9 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
     assert (exact["levels"], exact["min_levels"]) == (2, 2)
     bound = fill("reports_under", "Quem está até dois níveis abaixo do Alexandre Moura?").values
     assert (bound["levels"], bound["min_levels"]) == (2, 1)
+    tiers = fill("service_dependents", "Se o postgres-main cair, quais serviços tier 1 param, em até 1 salto?").values
+    assert (tiers["tier"], tiers["hops"]) == (["tier1"], 1)  # "1 salto" is a depth, not a tier
+    assert fill("service_dependents", "Who calls postgres-main?").values["tier"] == ["tier1", "tier2", "tier3"]
     widened = fill("service_incidents", "Em quais incidentes o api-gateway foi atingido, contando impacto indireto?")
     assert widened.values["impact"] == ["primary", "downstream"]
     narrowed = fill("service_incidents", "Em quais incidentes o api-gateway teve impacto indireto?")

@@ -594,6 +594,11 @@ def test_settle_reads_each_one_as_a_column_of_the_listed_rows(layer: SemanticLay
     settled, _ = layer.settle(layer.parse(filled), "Quais serviços são tier 1, e qual o status de cada um?")
     gold = _rows(novaops, "SELECT service_id, status FROM services WHERE tier = 1")
     assert not settled.measures and results_match(gold, _answer(layer, tool, settled), strict=True)
+    # a later stage's part, over the rows an earlier source found: each row keeps its name
+    earlier = {"dimensions": ["services.status"], "filters": [{"field": "services.service_id", "op": "in",
+                                                               "value": ["auth-service", "payments-api"]}]}
+    part, _ = layer.settle(layer.parse(earlier), "e qual o status de cada um?")
+    assert part.dimensions == ["services.service_id", "services.status"]
     per_status, _ = layer.settle(layer.parse(filled), "Quantos serviços tier 1 há em cada status?")
     assert per_status.measures == ["services.count"] and per_status.dimensions == ["services.status"]
 

@@ -112,13 +112,20 @@ class EnumParam(_ParamBase):
     options: list[str] = Field(min_length=1)
     synonyms: dict[str, list[str]] = Field(default_factory=dict, description="option -> words that name it")
     default: list[str] | None = Field(None, description="bound when the question names no option; null: required")
+    values: dict[str, str | int] = Field(default_factory=dict, description=(
+        "option -> the value bound in the query when it is not the option's name (tier1 -> 1: a "
+        "number cannot be an option's word, '1' would match any number of the question)"))
 
     @model_validator(mode="after")
     def _known_options(self) -> EnumParam:
-        unknown = [o for o in [*self.synonyms, *(self.default or [])] if o not in self.options]
+        unknown = [o for o in [*self.synonyms, *(self.default or []), *self.values] if o not in self.options]
         if unknown:
-            raise ValueError(f"synonyms/default name options that are not in options {self.options}: {unknown}")
+            raise ValueError(f"synonyms/default/values name options that are not in options {self.options}: {unknown}")
         return self
+
+    def bound(self, options: list[str]) -> list[str | int]:
+        """The query values of the chosen options (`values`, else the options themselves)."""
+        return [self.values.get(o, o) for o in options]
 
 
 class GraphLookup(_Strict):
@@ -944,7 +951,8 @@ class PatternEngine:
             attempt.reason = f"pattern {pattern.name}: {filled.problem}"
             return attempt
         attempt.cypher = pattern.cypher.for_backend(tool.backend)
-        attempt.params = {p.name: filled.values[p.name] for p in pattern.parameters}
+        attempt.params = {p.name: p.bound(filled.values[p.name]) if isinstance(p, EnumParam) else filled.values[p.name]
+                          for p in pattern.parameters}
         try:
             rows = tool.query(attempt.cypher, attempt.params)
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides

@@ -664,7 +664,9 @@ class SemanticLayer:
         asks for an entity by a question word ("qual projeto …") shows that entity's label. A segment
         of the base entity the question names ("chamados ativos") and the model left out is added.
         """
-        tokens = _without_phrases(re.findall(r"\w+", fold(question)), folded_cues().row_references)
+        said = re.findall(r"\w+", fold(question))
+        tokens = _without_phrases(said, folded_cues().row_references)
+        each_row = len(tokens) < len(said)  # "qual o tier de cada um": a column beside each listed row
         text = " " + " ".join(tokens) + " "
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
@@ -735,6 +737,8 @@ class SemanticLayer:
                 renamed = dict(zip(kept, swapped_in, strict=True))
                 kept, order, dropped = swapped_in, [(renamed.get(f, f), d) for f, d in order], [*dropped, *notes]
             asked = self._asked_labels(kept, tokens, q.filters)
+            if each_row:
+                asked += [a for a in self._row_labels([*asked, *kept]) if a not in asked]
             if asked and not self._lists(q, [*asked, *kept]):  # only an entity the query reaches
                 asked = []
             kept = [*asked, *kept]
@@ -921,6 +925,37 @@ class SemanticLayer:
                      None)
         return count.drill_members[0] if count is not None else None
 
+    def _named_by(self, kept: list[str]) -> set[str]:
+        """The entities whose rows the dimensions name: a label or a primary key, or a key column
+        that holds the key or label of the entity its join reaches (incidents.service_id names
+        services).
+        """
+        shown: set[str] = set()
+        for name in kept:
+            found = self._dimension(name)
+            if found is None:
+                continue
+            joins = self._joins_on(found[1], found[2])
+            for entity, column in ([(j.entity, j.target_column or self.spec.entities[j.entity].primary_key)
+                                    for _, j in joins] if joins else [(found[1], found[2])]):
+                if column in (self._label(entity), self.spec.entities[entity].primary_key):
+                    shown.add(entity)
+        return shown
+
+    def _row_labels(self, kept: list[str]) -> list[str]:
+        """The labels of the entities of `kept` whose rows no dimension names: "o tier de cada um"
+        over a set of services is a tier per service, and tiers alone name none.
+        """
+        shown = self._named_by(kept)
+        out: list[str] = []
+        for name in kept:
+            found = self._dimension(name)
+            label = None if found is None else self._label(found[1])
+            if found is not None and label is not None and found[1] not in shown:
+                out.append(f"{found[0]}.{label}")
+                shown.add(found[1])
+        return out
+
     def _asked_labels(self, kept: list[str], tokens: list[str], filters: list[tuple[str, str, Any]]) -> list[str]:
         """The labels of the entities a list question asks for by a question word ("que projeto …",
         "which service …") when no column that names their rows is shown (the label or the primary
@@ -929,18 +964,7 @@ class SemanticLayer:
         and the status of each?" with the status alone names no service. An entity whose name or
         id an `=` filter gives is one row the question already names.
         """
-        shown: set[str] = set()
-        for name in kept:
-            found = self._dimension(name)
-            if found is None:
-                continue
-            joins = self._joins_on(found[1], found[2])
-            # a key column names the rows of its own entity, or of the entity its join reaches
-            # (incidents.service_id shows which service) when it holds that entity's key or label
-            for entity, column in ([(j.entity, j.target_column or self.spec.entities[j.entity].primary_key)
-                                    for _, j in joins] if joins else [(found[1], found[2])]):
-                if column in (self._label(entity), self.spec.entities[entity].primary_key):
-                    shown.add(entity)
+        shown = self._named_by(kept)
         fixed = self._named_rows(filters)
         cues = folded_cues()
         asking = cues.grouping - cues.breakdown  # qual, quais, que, which, what: not "por", "each"
