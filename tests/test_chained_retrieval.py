@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage
 import tramita.core.planner_hints as ph
 from graph.context import Context
 from tools.backends import BACKENDS
-from tools.backends.base import BackendCall, Finding, row_findings
+from tools.backends.base import BackendCall, Finding, question_parts, row_findings
 from tools.llm import Usage
 from tools.services import Services
 from tools.sql_tool import SQLTool
@@ -65,6 +65,20 @@ def test_each_backend_gets_the_parts_whose_top_source_it_is() -> None:
     assert route.parts(["sql"]) == {}
     one = ph.Route("clear", ["sql"], ["sql"], [whole, _match("a", [("sql", 0.9)]), _match("b", [("sql", 0.9)])], "")
     assert one.parts(["sql"]) == {}
+
+
+@pytest.mark.parametrize(("question", "parts"), [
+    # a column of the rows the part before asks for: one thing, not two
+    ("Which projects does the Payments team own, and what is the status of each one?", []),
+    ("Quais serviços são tier 3, e de que time é cada um?", []),
+    # two things: the second part asks about another set
+    ("Which services did INC-2080 hit, and how many open tickets does each of those services have?",
+     ["Which services did INC-2080 hit", "how many open tickets does each of those services have"]),
+    ("Quem comandou o INC-2066? E algum serviço tier 1 foi atingido?",
+     ["Quem comandou o INC-2066", "E algum serviço tier 1 foi atingido"]),
+])
+def test_a_part_about_each_listed_row_stays_with_its_list(question: str, parts: list[str]) -> None:
+    assert question_parts(question) == parts
 
 
 # ------------------------------------------------------------------------------- the retrieve node

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from tools.llm import Usage
 from tools.services import Services
 from tramita.base.prompts import render
+from tramita.base.text import fold
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,18 @@ def question_parts(question: str) -> list[str]:
     a question that asks one thing. A question embeds as the mix of its parts, so the planner and
     the document search also look at each part alone.
     """
-    found = [p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3]
+    from tools.semantic_layer import folded_cues
+
+    rows = folded_cues().row_references
+    found: list[str] = []
+    for piece in (p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3):
+        words = " " + " ".join(re.findall(r"[\w-]+", fold(piece))) + " "
+        if found and any(f" {r} " in words for r in rows):
+            # "… e qual o status de cada um?" asks for a column of the rows the part before asks
+            # for: one thing, answered where those rows are
+            found[-1] = f"{found[-1]}, {piece}"
+        else:
+            found.append(piece)
     return found if len(found) > 1 else []
 
 
