@@ -259,7 +259,8 @@ class GraphPattern(_Strict):
     description: str = Field(min_length=10)
     examples: Examples
     word_order: WordOrder | None = Field(None, description=(
-        "among close patterns, one whose word order fits the question wins over one whose does not"))
+        "when a pattern's declared word order fits the question, the patterns whose order does not fit, or "
+        "that declare none, leave the candidates"))
     parameters: list[Param] = Field(default_factory=list)
     ruled_out_by: list[str] = Field(default_factory=list, description=(
         "words (folded, whole) that rule the pattern out whatever the similarity: 'indirectly' asks for "

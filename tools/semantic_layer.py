@@ -666,7 +666,7 @@ class SemanticLayer:
         """
         said = re.findall(r"\w+", fold(question))
         tokens = _without_phrases(said, folded_cues().row_references)
-        each_row = len(tokens) < len(said)  # "qual o tier de cada um": a column beside each listed row
+        each_row = len(tokens) < len(said)  # "e o status de cada um": a column beside each listed row
         text = " " + " ".join(tokens) + " "
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
@@ -943,8 +943,8 @@ class SemanticLayer:
         return shown
 
     def _row_labels(self, kept: list[str]) -> list[str]:
-        """The labels of the entities of `kept` whose rows no dimension names: "o tier de cada um"
-        over a set of services is a tier per service, and tiers alone name none.
+        """The labels of the entities of `kept` whose rows no dimension names: "o status de cada um"
+        over a set of services is a status per service, and statuses alone name none.
         """
         shown = self._named_by(kept)
         out: list[str] = []
@@ -1722,14 +1722,14 @@ def _names_time(question: str, tokens: list[str]) -> bool:
 
 
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DAY_MONTH = re.compile(r"(?<![\w/])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])")
 
 
 def _names_day(question: str, tokens: list[str]) -> bool:
     """Whether the question names a day: a date written out, a day word or a month name
     (`policies/query_cues.yaml` `day_cues`).
     """
-    return bool(folded_cues().days & set(tokens)) or bool(
-        re.search(r"\d{4}-\d{2}-\d{2}|(?<![\w/])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])", question))
+    return bool(folded_cues().days & set(tokens)) or bool(_DAY.search(question) or _DAY_MONTH.search(question))
 
 
 def _names_segment(text: str, name: str, seg: Segment) -> bool:
