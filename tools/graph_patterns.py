@@ -290,8 +290,7 @@ class GraphPattern(_Strict):
             raise ValueError(f"details: {unknown} are not columns the pattern returns ({self.returns()})")
         if self.details and not set(self.returns()) - set(self.details):
             raise ValueError("details: at least one returned column must be the answer itself")
-        if self.counts and counting_query(self.cypher.ladybug, next(
-                (c for c in self.returns() if c not in self.details), "")) is None:
+        if self.counts and counting_query(self.cypher.ladybug, self.answer_column() or "") is None:
             raise ValueError("counts: the pattern's RETURN cannot be rewritten to count its answers "
                              "(a SKIP or LIMIT, or no returned column that is not a detail)")
         if set(self.details) & self.ordered_by():
@@ -315,6 +314,10 @@ class GraphPattern(_Strict):
         tail = re.split(r"\bRETURN\b", self.cypher.ladybug, flags=re.IGNORECASE)[-1]
         tail = re.split(r"\bORDER\s+BY\b|\bLIMIT\b", tail, flags=re.IGNORECASE)[0]
         return re.findall(r"\bAS\s+(\w+)", tail, flags=re.IGNORECASE)
+
+    def answer_column(self) -> str | None:
+        """The first returned column that is not a detail: what "how many" counts."""
+        return next((c for c in self.returns() if c not in self.details), None)
 
     def ordered_by(self) -> set[str]:
         """The columns the final ORDER BY sorts on (their aliases, as `returns` names them)."""
@@ -825,8 +828,8 @@ class PatternEngine:
                 continue  # after the bound it follows
             elif isinstance(param, IntParam):
                 numbers = _numbers(rest, vocab, param.units)
-                worded = param.said_value(rest) if not numbers else None
-                numbers = numbers or ([] if worded is None else [worded])
+                if not numbers and (worded := param.said_value(rest)) is not None:
+                    numbers = [worded]
                 if len(numbers) == 1:
                     if not param.minimum <= numbers[0] <= param.maximum:
                         filled.problem = f"{param.name}={numbers[0]} is outside {param.minimum}..{param.maximum}"
@@ -975,7 +978,7 @@ class PatternEngine:
         counts them (recorded, so re-running it gives the row synthesis read); the fallback's when
         the pattern's RETURN cannot be rewritten or the count query fails.
         """
-        answer = next((c for c in pattern.returns() if c not in pattern.details), None)
+        answer = pattern.answer_column()
         cypher = counting_query(attempt.cypher, answer) if answer else None
         if cypher is None:
             attempt.reason = f"pattern {pattern.name}: its answers cannot be counted by a rewrite"
@@ -1171,9 +1174,8 @@ def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention])
 
 def _ruled_out(pattern: GraphPattern, question: str) -> bool:
     """Whether the question says one of the words that rule the pattern out (`ruled_out_by`)."""
-    words = re.findall(r"[\w-]+", fold(question))
-    text = f" {' '.join(words)} "
-    return any(f" {' '.join(fold(w).split())} " in text for w in pattern.ruled_out_by)
+    regex = _word_re(pattern.ruled_out_by)
+    return regex is not None and regex.search(fold(question)) is not None
 
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:

@@ -131,15 +131,14 @@ def unique_titles(kind: str, columns: list[str], engine: Engine, path: Path = RE
     """
     spec = reference_kind(kind, path)
     out: list[tuple[str, str]] = []
-    for name in columns:
-        target = table(spec.table, column(spec.id), column(check_identifier(name)))
-        with engine.connect() as conn:
-            rows = conn.execute(select(target.c[spec.id], target.c[name])).all()
-        owners: dict[str, set[str]] = {}
-        for ident, value in rows:
-            if value is not None and str(value).strip():
-                owners.setdefault(str(value).strip(), set()).add(str(ident))
-        out += [(next(iter(ids)), value) for value, ids in owners.items() if len(ids) == 1]
+    with engine.connect() as conn:  # one connection for every title column
+        for name in columns:
+            target = table(spec.table, column(spec.id), column(check_identifier(name)))
+            owners: dict[str, set[str]] = {}
+            for ident, value in conn.execute(select(target.c[spec.id], target.c[name])):
+                if value is not None and str(value).strip():
+                    owners.setdefault(str(value).strip(), set()).add(str(ident))
+            out += [(next(iter(ids)), value) for value, ids in owners.items() if len(ids) == 1]
     return out
 
 

@@ -697,10 +697,11 @@ class SemanticLayer:
         fixed = {f for f, op, v in q.filters
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
         filtered = {f for f, _, _ in q.filters}
+        rows_named = self._named_rows(q.filters)
         kept: list[str] = []
         gone: set[str] = set()
         for name in q.dimensions:
-            reason = self._why_drop(name, q, text, tokens, fixed, filtered)
+            reason = self._why_drop(name, q, text, tokens, fixed, filtered, rows_named)
             if reason and (kept or q.measures or len(q.dimensions) > len(gone) + 1):
                 dropped.append(f"{name} ({reason})")
                 gone.add(name)
@@ -1047,7 +1048,7 @@ class SemanticLayer:
         return [] if entity is None else [prefix, entity, *self.spec.entities[entity].synonyms]
 
     def _why_drop(self, name: str, q: QueryObject, text: str, tokens: list[str], fixed: set[str],
-                  filtered: set[str]) -> str:
+                  filtered: set[str], rows_named: set[str]) -> str:
         prefix, _, member = name.partition(".")
         if GRAIN_SEP in member:  # a grain is a breakdown, unless the filter leaves one bucket of it
             column, _, grain = member.partition(GRAIN_SEP)
@@ -1063,7 +1064,7 @@ class SemanticLayer:
         dated = self.kind(entity, member) in ("date", "timestamp")
         if name in fixed and not dated:  # a date "= 2026-03" is a period: its rows differ
             return "fixed by a filter"
-        if not dated and any(j.entity in self._named_rows(q.filters) for _, j in self._joins_on(entity, member)):
+        if not dated and any(j.entity in rows_named for _, j in self._joins_on(entity, member)):
             return "its entity's row is fixed by a filter"  # projects.owner_team_id under teams.name = X
         if not q.measures:
             return ""
@@ -1191,16 +1192,17 @@ class SemanticLayer:
             own = [self._measure(m) for m in measures]
             if any(f is None or f[0] != entity or f[2].agg not in ("max", "min") for f in own):
                 continue
-            if (f"{entity}.{when}", "desc") in order or (f"{entity}.{when}", "asc") in order:
-                return None  # the model ordered by the date already
             words = [w for w in (" ".join(fold(x).split()) for x in self._entity_words(entity))
                      if w and not w.endswith("s")]
-            for direction, phrases in cues.items():
-                for phrase in phrases:
-                    if any(_next_to(tokens, phrase, w) for w in words):
-                        dims = list(dict.fromkeys([f"{entity}.{label}", *(d for d in kept if GRAIN_SEP not in d),
-                                                   f"{entity}.{when}"]))
-                        return dims, [(f"{entity}.{when}", "desc" if direction == "latest" else "asc")]
+            direction = next((d for d, phrases in cues.items() for phrase in phrases
+                              if any(_next_to(tokens, phrase, w) for w in words)), None)
+            if direction is None:
+                continue
+            if any(f == f"{entity}.{when}" for f, _ in order):
+                return None  # the model ordered this entity by its date already
+            dims = list(dict.fromkeys([f"{entity}.{label}", *(d for d in kept if GRAIN_SEP not in d),
+                                       f"{entity}.{when}"]))
+            return dims, [(f"{entity}.{when}", "desc" if direction == "latest" else "asc")]
         return None
 
     def _asks_for_one(self, tokens: list[str], dims: list[str]) -> bool:
@@ -1709,8 +1711,8 @@ def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None
     return False
 
 
-_YEARISH = re.compile(r"(?<![\w-])(?:19|20)\d\d(?:-(?:[wqh]\d{1,2}|\d{2}(?:-\d{2})?))?(?![\w-])"
-                      r"|(?<![\w/-])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])")
+_DAY_MONTH = r"(?<![\w/-])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])"  # 13/05, 13/05/2026
+_YEARISH = re.compile(r"(?<![\w-])(?:19|20)\d\d(?:-(?:[wqh]\d{1,2}|\d{2}(?:-\d{2})?))?(?![\w-])|" + _DAY_MONTH)
 
 
 def _names_time(question: str, tokens: list[str]) -> bool:
@@ -1722,14 +1724,14 @@ def _names_time(question: str, tokens: list[str]) -> bool:
 
 
 _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_DAY_MONTH = re.compile(r"(?<![\w/])\d{1,2}/\d{1,2}(?:/\d{2,4})?(?![\w/])")
+_A_DAY = re.compile(rf"{_DAY.pattern}|{_DAY_MONTH}")
 
 
 def _names_day(question: str, tokens: list[str]) -> bool:
     """Whether the question names a day: a date written out, a day word or a month name
     (`policies/query_cues.yaml` `day_cues`).
     """
-    return bool(folded_cues().days & set(tokens)) or bool(_DAY.search(question) or _DAY_MONTH.search(question))
+    return bool(folded_cues().days & set(tokens)) or bool(_A_DAY.search(question))
 
 
 def _names_segment(text: str, name: str, seg: Segment) -> bool:
