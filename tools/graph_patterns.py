@@ -47,7 +47,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import fold
+from tramita.base.text import fold, phrase_starts, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -597,18 +597,14 @@ def _only_included(param: EnumParam, text: str, inclusive: list[str]) -> bool:
     (`Vocabulary.inclusive_words`) at most three words before it: "counting indirect impact too"
     widens the default to the indirect impact, where "indirect impact only" narrows to it.
     """
-    tokens = re.findall(r"[\w-]+", fold(text))
-    cues = [fold(w).split() for w in inclusive if fold(w)]
+    found = tokens(text)
+    cues = [c for c in inclusive if fold(c)]
     named = False
     for option in param.options:
         for word in [option, *param.synonyms.get(option, [])]:
-            target = fold(word).split()
-            for i in range(len(tokens) - len(target) + 1):
-                if tokens[i:i + len(target)] != target:
-                    continue
+            for i in phrase_starts(found, word):
                 named = True
-                before = tokens[max(0, i - 3):i]
-                if not any(before[j:j + len(c)] == c for c in cues for j in range(len(before) - len(c) + 1)):
+                if not any(phrase_starts(found[max(0, i - 3):i], c) for c in cues):
                     return False
     return named
 
@@ -1003,13 +999,12 @@ def counts_answers(question: str, count_words: Iterable[str], nouns: Iterable[st
     of the pattern's nouns at most two words after it ("quantas pessoas", "how many tier-1
     services"). "Em quantos minutos ela escala" counts minutes, not the pattern's answers.
     """
-    tokens = re.findall(r"[\w-]+", fold(question))
+    found = tokens(question)
     said = {fold(n) for n in nouns}
-    for phrase in sorted({fold(w) for w in count_words if fold(w)}, key=len, reverse=True):
-        words = phrase.split()
-        for i in range(len(tokens) - len(words) + 1):
-            if tokens[i:i + len(words)] == words and said & set(tokens[i + len(words):i + len(words) + 3]):
-                return True
+    for phrase in {fold(w) for w in count_words if fold(w)}:
+        end = len(phrase.split())
+        if any(said & set(found[i + end:i + end + 3]) for i in phrase_starts(found, phrase)):
+            return True
     return False
 
 

@@ -55,7 +55,7 @@ from tools.semantic_model import (
 )
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import fold
+from tramita.base.text import fold, phrase_starts
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -1770,17 +1770,10 @@ def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
     """Whether `phrase` stands right before `word` or right after it, one word between at most
     ("a despesa mais recente", "the latest SEV2 incident", "o último chamado").
     """
-    p, w = phrase.split(), word.split()
-    for i in range(len(tokens)):
-        if tokens[i:i + len(p)] == p:  # the cue, then at most one word (an article, a value: "SEV2")
-            after = i + len(p)
-            if w in (tokens[after:after + len(w)], tokens[after + 1:after + 1 + len(w)]):
-                return True
-        if tokens[i:i + len(w)] == w:  # the entity, then the cue
-            after = i + len(w)
-            if p in (tokens[after:after + len(p)], tokens[after + 1:after + 1 + len(p)]):
-                return True
-    return False
+    p, w = len(phrase.split()), len(word.split())
+    # the cue, then at most one word (an article, a value: "SEV2"); or the entity, then the cue
+    return any(j in (i + p, i + p + 1) for i in phrase_starts(tokens, phrase) for j in phrase_starts(tokens, word)) \
+        or any(j in (i + w, i + w + 1) for i in phrase_starts(tokens, word) for j in phrase_starts(tokens, phrase))
 
 
 def _has(text: str, words: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict
@@ -45,6 +46,25 @@ def fold(text: str) -> str:
 def words(text: str) -> list[str]:
     """The folded words of a message."""
     return fold(text).split()
+
+
+def tokens(text: str) -> list[str]:
+    """The folded words of `text`, hyphenated names kept whole ("payments-api", "tier-1")."""
+    return re.findall(r"[\w-]+", fold(text))
+
+
+def phrase_starts(found: Sequence[str], phrase: str | Sequence[str]) -> list[int]:
+    """Where the folded `phrase` starts in the token list `found`, as indices.
+
+    Why: cue rules ask whether a phrase stands within a few words of another ("quantas pessoas",
+    "inclusive o impacto indireto", "a despesa mais recente"); each checks its own window from
+    these positions.
+    """
+    target = fold(phrase).split() if isinstance(phrase, str) else list(phrase)
+    if not target:
+        return []
+    n = len(target)
+    return [i for i in range(len(found) - n + 1) if list(found[i:i + n]) == target]
 
 
 class LanguageSignals(BaseModel):
