@@ -93,6 +93,9 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
                 chosen, reason = [candidates[0], *chosen], f"{reason} (+ the best match)".strip()
         # a question that names a policy, a rule, a deadline or a process reaches the documents
         chosen = [*chosen, *(n for n in required if n not in chosen)]
+    follow = matched.aggregator(chosen) if matched is not None else None
+    if follow is not None:  # a source that answers only the relation: one that aggregates follows it
+        chosen, reason = [*chosen, follow], f"{reason}; + {follow}, to aggregate over the relation's rows"
     return [n for n in names if n in chosen], reason, errors  # registry order: stable routes and traces
 
 

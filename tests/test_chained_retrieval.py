@@ -276,3 +276,19 @@ def test_a_set_of_people_bounds_through_the_role_the_question_names_and_no_other
     assert notes and [tuple(r.values()) for r in tool.query(layer.compile(settled).sql)] == gold
     # tickets reach people as requester or as assignee: a question that names neither binds nothing
     assert layer.bind(asked, people, "how many active tickets do those people have?") == (asked, [])
+
+
+def test_a_later_source_reads_the_found_set_in_place_of_the_clause_it_answers() -> None:
+    """The database's part "tickets of the services that depend on X" becomes "tickets of the
+    services a, b": the relation is the graph's, already answered. A clause the part does not
+    contain, or a finding with no values, leaves the question as it is."""
+    from tools.backends.base import Finding, bounded_question
+
+    found = Finding("graph", column="service", values=("billing-engine", "payments-api"),
+                    clause="that depend on ledger-service, directly or indirectly")
+    part = "How many open tickets in total for the services that depend on ledger-service, directly or indirectly"
+    assert bounded_question(part, [found]) == "How many open tickets in total for the services billing-engine, payments-api"
+    assert bounded_question("How many open tickets?", [found]) == "How many open tickets?"
+    empty = Finding("graph", column="service", values=(), clause=found.clause)
+    assert bounded_question(part, [empty]) == part
+    assert bounded_question(part, [Finding("graph", column="service", values=found.values)]) == part

@@ -28,7 +28,14 @@ from falkor import FalkorServer, start_falkordb
 from ingest.graph_loader import load_graph
 from tools.backends import BACKENDS, BackendCall
 from tools.cypher_guard import inline_parameters
-from tools.graph_patterns import PatternEngine, PatternFile, counting_query, counts_answers, load_patterns
+from tools.graph_patterns import (
+    PatternEngine,
+    PatternFile,
+    counting_query,
+    counts_answers,
+    load_patterns,
+    relative_clauses,
+)
 from tools.graph_tool import GraphTool
 from tools.llm import Usage, override_model
 from tools.scripted_model import ScriptedChatModel, rule_based
@@ -559,6 +566,41 @@ def test_an_aggregate_that_is_not_a_count_of_the_answers_is_left_to_the_fallback
     engine, _, sql = engine_and_gazetteer
     attempt = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql)
     assert not attempt.ok and "aggregate" in attempt.reason and not attempt.rows
+
+
+def test_a_relation_in_a_relative_clause_answers_for_the_later_source(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool) -> None:
+    """ "How many open tickets do the services that depend on X have?": the whole question matches
+    no pattern (its aggregate is the database's), so the clause that states the relation is matched
+    alone, when a later source counts over the rows; the context names the clause it answered."""
+    engine, _, sql = engine_and_gazetteer
+    question = "How many open tickets, all together, belong to the services that rely on ledger-service?"
+    usage = Usage()
+    attempt = engine.answer(question, tool=lbug_tool, today=TODAY, usage=usage, backend="scripted", engine=sql,
+                            rows_for_later=True)
+    gold = [r[0] for r in rows_of(lbug_tool, "MATCH (s:Service)-[:DEPENDS_ON*1..8]->(:Service {service_id: "
+                                            "'ledger-service'}) RETURN DISTINCT s.service_id")]
+    assert attempt.ok and attempt.pattern == "service_dependents" and usage.calls == 0, attempt.reason
+    assert sorted(str(v) for r in attempt.rows for v in r.values()) == sorted(gold) and len(gold) > 1
+    assert attempt.clause == "that rely on ledger-service"
+    # alone (nothing counts over its rows), the aggregate is not the graph's: no pattern answers
+    alone = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql)
+    assert not alone.ok and not alone.rows and not alone.clause
+    # a whole question that the pattern matches itself still names the clause its rows stand for
+    whole = engine.answer("Qual o total de chamados em aberto dos serviços que dependem do ledger-service, direta ou "
+                          "indiretamente?", tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql,
+                          rows_for_later=True)
+    assert whole.ok and whole.pattern == "service_dependents" and whole.rows == attempt.rows
+    assert whole.clause == "que dependem do ledger-service, direta ou indiretamente"
+
+
+def test_relative_clauses() -> None:
+    openers = ["que", "that", "whose"]
+    assert relative_clauses("How many tickets do the services that call auth-service have? List them.", openers) \
+        == ["that call auth-service have"]
+    assert relative_clauses("Que severidade tem o incidente aberto ontem?", openers) == []  # a question word
+    assert relative_clauses("Which of the teams that exist?", openers) == []  # too short to state a relation
+    assert relative_clauses("Quais serviços que o time usa", []) == []
 
 
 def test_counting_query_and_count_nouns() -> None:

@@ -288,3 +288,38 @@ def test_the_planner_file_rejects_an_offset_that_is_not_a_number(tmp_path: Any) 
     bad.write_text("descriptions: {}\nmatching: {offsets: {api: lots}}\n", encoding="utf-8")
     with pytest.raises(PolicyError, match=r"planner\.yaml: field matching\.offsets\.api"):
         load_model(bad, ph.PlannerFile)
+
+
+# ------------------------------------------------------------------ relation, then aggregate
+
+def test_a_source_that_answers_only_the_relation_is_followed_by_one_that_aggregates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph matched best, but it only lists the people under X: the database sums their
+    expenses after it. Without the hook's word, or with an aggregating source already planned,
+    the plan is left as matched."""
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    ranked = [("graph", 0.91), ("docs", 0.90), ("sql", 0.89), ("api", 0.80)]
+    whole = ph.Match("q", ranked, "close", None, ["graph", "docs"])
+    route = ph.Route("close", [], ["graph", "docs"], [whole], "close", hands_on=["graph"])
+    out = _plan("q", never, monkeypatch, route, llm_when_close=False)
+    assert out["plan"]["backends"] == ["sql", "graph"] and "aggregate" in out["plan"]["reason"]
+    plain = ph.Route("close", [], ["graph", "docs"], [whole], "close")
+    assert _plan("q", never, monkeypatch, plain, llm_when_close=False)["plan"]["backends"] == ["graph"]
+    both = ph.Route("close", [], ["graph", "sql"], [whole], "close", [], ["graph", "sql"], ["graph"])
+    assert _plan("q", never, monkeypatch, both, llm_when_close=False)["plan"]["backends"] == ["sql", "graph"]
+    other = ph.Route("clear", ["docs"], ["docs"], [whole], "clear", hands_on=["graph"])
+    assert _plan("q", never, monkeypatch, other)["plan"]["backends"] == ["docs"]  # the graph is not planned
+
+
+def test_the_graph_says_when_it_answers_the_relation_but_not_the_aggregate(novaops_services: Any) -> None:
+    """The real hook: the patterns file, the gazetteer and e5 over the ingested stores."""
+    graph = BACKENDS["graph"]
+    assert graph.leaves_aggregate(novaops_services, "Qual o total de despesas aprovadas do pessoal que responde ao "
+                                                    "Gonçalo Pereira, em qualquer nível?")
+    for question in ("Quem está abaixo do Gonçalo Pereira no organograma, em qualquer nível?",  # no aggregate
+                     "Quantas pessoas estão abaixo do Gonçalo Pereira, em qualquer nível?",  # a count of its answers
+                     "What's the average approval limit across the company?"):  # no relation it can fill
+        assert not graph.leaves_aggregate(novaops_services, question), question
+    assert ph.hands_on("q", SimpleNamespace()) == []  # no stores: no hint, no error

@@ -1035,3 +1035,24 @@ def test_a_reference_to_an_earlier_set_is_not_a_breakdown(question: str, kept: b
     q = layer.parse({"measures": ["tickets.count"], "dimensions": ["services.service_id"], "segments": ["tickets.active"]})
     settled, _ = layer.settle(q, question)
     assert (settled.dimensions == ["services.service_id"]) is kept
+
+
+def test_settle_reads_in_total_as_one_figure_over_the_named_rows(layer: SemanticLayer, tool: SQLTool,
+                                                                  novaops: Path) -> None:
+    """ "How many open tickets in total for the services a, b and c" names the services and asks one
+    figure: one count over them all, not a count per service. A grouping cue keeps the breakdown."""
+    ids = ["billing-engine", "legacy-invoicing", "payments-api"]
+    filled = {"measures": ["tickets.count"], "dimensions": ["services.service_id"], "segments": ["tickets.active"],
+              "filters": [{"field": "services.service_id", "op": "in", "value": ids}]}
+    question = "How many active tickets are there in total for the services billing-engine, legacy-invoicing, payments-api?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE service_id IN ('billing-engine', 'legacy-invoicing', "
+                          "'payments-api') AND status IN ('open', 'in_progress')")
+    assert settled.dimensions == [] and any("one figure" in n for n in notes), notes
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    # the model's per-service rows are a wrong answer to that question
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=False)
+    for grouped in ("Quantos chamados ativos ao todo por serviço, entre billing-engine, legacy-invoicing e payments-api?",
+                    "How many active tickets does each service have in total: billing-engine, legacy-invoicing, "
+                    "payments-api?"):
+        assert layer.settle(layer.parse(filled), grouped)[0].dimensions == ["services.service_id"], grouped

@@ -358,6 +358,10 @@ class Vocabulary(_Strict):
     count_words: list[str] = Field(default_factory=list, description=(
         "the aggregate words that ask how many: followed by one of a pattern's `counts` nouns, the "
         "pattern's answers are counted"))
+    relative_words: list[str] = Field(default_factory=list, description=(
+        "words that open a relative clause ('que', 'that', 'whose'): when a later source aggregates over "
+        "the pattern's rows and the whole question matches no pattern, the clause that states the "
+        "relation is matched alone"))
 
 
 class PatternFile(_Strict):
@@ -650,6 +654,7 @@ class PatternAttempt:
     ok: bool = False
     reason: str = ""
     llm_filled: list[str] = field(default_factory=list)
+    clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
 
 
 _engines: dict[tuple[str, int, int], PatternEngine] = {}
@@ -934,7 +939,18 @@ class PatternEngine:
             return PatternAttempt(choice=Choice(None, "none"), reason=why)  # no pattern's answers counted
         gazetteer = self.gazetteer(engine, tool)
         choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer)
-        attempt = PatternAttempt(choice=choice, pattern=choice.name)
+        answered = ""
+        # "how many open tickets do the services that depend on X have": the relation is one clause
+        # of a question whose aggregate is a later source's job. That clause is matched alone: it
+        # chooses the pattern when the whole question matched none, and it is the part of the
+        # question the rows stand for (the later source reads the rows in its place)
+        for clause in relative_clauses(question, vocab.relative_words) if rows_for_later else []:
+            found = self.choose(clause, usage=usage, backend=backend, gazetteer=gazetteer)
+            if found.decision == "clear" and (choice.decision == "none" or found.name == choice.name):
+                choice, question, answered = (found, clause, clause) if choice.decision == "none" \
+                    else (choice, question, clause)
+                break
+        attempt = PatternAttempt(choice=choice, pattern=choice.name, clause=answered)
         if choice.name is None:
             attempt.reason = ("no pattern close enough" if choice.decision == "none"
                               else choice.note or "the LLM chose none of the close patterns")
@@ -968,6 +984,30 @@ class PatternEngine:
         attempt.ok = True
         return attempt
 
+    def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
+        """Whether the question asks for an aggregate the patterns do not count (a total, an
+        average, a count of other things) over a relation a pattern matches clearly and fills from
+        the words alone, on the whole question or on one of its relative clauses: "the total of the
+        expenses of everyone under X". The pattern gives the set; another source must aggregate
+        over it. No LLM call.
+        """
+        vocab = self.patterns.vocabulary
+        aggregates = _aggregate_words(question, vocab)
+        if not aggregates or (set(aggregates) <= {fold(w) for w in vocab.count_words} and any(
+                counts_answers(question, vocab.count_words, p.counts) for p in self.patterns.patterns)):
+            return False
+        gazetteer = self.gazetteer(engine, tool)
+        for text in [question, *relative_clauses(question, vocab.relative_words)]:
+            ranked = self.rank(text, gazetteer)
+            if ranked.decision == "clear" and ranked.best is not None:
+                # every parameter from the words themselves ("the average approval limit across the
+                # company" matches a pattern about people and names nobody)
+                filled = self.fill(self.patterns.pattern(ranked.best), text, today=date.today().isoformat(),
+                                   gazetteer=gazetteer, engine=engine)
+                if filled.problem is None:
+                    return True
+        return False
+
     @staticmethod
     def _counted(attempt: PatternAttempt, pattern: GraphPattern, tool: GraphTool) -> PatternAttempt:
         """`attempt` answered with the number of the pattern's distinct answers, by a query that
@@ -986,6 +1026,24 @@ class PatternEngine:
             return attempt
         attempt.cypher, attempt.rows, attempt.ok = cypher, rows, True
         return attempt
+
+
+def relative_clauses(question: str, openers: Iterable[str]) -> list[str]:
+    """The relative clauses of `question`, each from its opener to the end of its sentence, of three
+    words or more ("… for the services that depend on X, directly or indirectly?" → "that depend on
+    X, directly or indirectly"); an opener among a sentence's first two words opens no clause ("Que
+    severidade …").
+    """
+    regex = _word_re(openers)
+    if regex is None:
+        return []
+    out: list[str] = []
+    for sentence in re.split(r"[?;!]+|\.\s+", question):
+        words = sentence.split()
+        for i, word in enumerate(words[2:], start=2):
+            if regex.fullmatch(fold(word)) and len(words) - i >= 3:
+                out.append(" ".join(words[i:]).strip(" ,"))
+    return out
 
 
 def _aggregate_words(question: str, vocab: Vocabulary) -> list[str]:

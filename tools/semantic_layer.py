@@ -110,6 +110,8 @@ class QueryCues(BaseModel):
     row_references: dict[str, list[str]] = Field(
         default_factory=dict, description="phrases after a breakdown word that point at the listed rows (cada um)")
     day_cues: dict[str, list[str]] = Field(default_factory=dict, description="words that name a day (hoje, today)")
+    whole_cues: dict[str, list[str]] = Field(
+        default_factory=dict, description="phrases that ask for one figure over every row (in total, ao todo)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -140,6 +142,7 @@ class FoldedCues:
     recency: dict[str, tuple[str, ...]] = field(default_factory=dict)  # latest/earliest -> folded phrases
     row_references: tuple[str, ...] = ()  # "cada um": folded phrases
     days: frozenset[str] = frozenset()  # day cues and month names
+    whole: tuple[str, ...] = ()  # "in total", "ao todo": folded phrases
 
 
 @lru_cache(maxsize=4)
@@ -158,7 +161,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.reference_words),
                       {k: tuple(" ".join(fold(w).split()) for w in ws) for k, ws in f.recency_cues.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.row_references.values() for w in ws),
-                      words(f.day_cues) | frozenset(_MONTHS))
+                      words(f.day_cues) | frozenset(_MONTHS),
+                      tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws))
 
 
 class SemanticQueryError(ValueError):
@@ -1070,12 +1074,13 @@ class SemanticLayer:
             return ""
         if name in filtered and dated:
             return "the filtered period"
-        if self._said_column(entity, member, _unreferenced(text)):
-            return ""
         role_words = [w for e in self.spec.entities.values() for jn, j in e.joins.items() if jn == prefix
                       for w in j.synonyms]
         if any(_after_cue(tokens, w) for w in [*self._entity_words(prefix), *role_words]):
             return ""
+        if self._said_column(entity, member, _unreferenced(text)):
+            # "how many open tickets in total for the services a, b, c" names the column, and asks one figure
+            return "one figure over them all" if any(phrase_starts(tokens, w) for w in folded_cues().whole) else ""
         return "not asked for"
 
     def _said_column(self, entity: str, member: str, text: str) -> bool:

@@ -7,8 +7,10 @@ one module here plus one line in `tools.backends.BACKENDS`.
 
 Optional hooks, looked up by name: `vocabulary(services)` (texts the planner matches),
 `evidence(services, text)` (how close the backend's own content comes), `findings(context)` (what
-a later stage reads), and `warm(services, today, profile)` (the static prompt prefixes its LLM
-calls share, evaluated ahead of the first question by `tramita warm`).
+a later stage reads), `warm(services, today, profile)` (the static prompt prefixes its LLM
+calls share, evaluated ahead of the first question by `tramita warm`), and
+`leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate);
+an attribute `aggregates = True` marks a backend that counts and sums over what another found.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ class Finding:
     services have?" can only be answered by the second source with the first one's answer. `values`
     are the cells of a result table's column (a set the later query is bounded by); `text` is what
     a backend read (passages), in which names and values may be found but which bounds nothing.
+    `clause` is the part of the question the values stand for, when the backend matched one.
     """
 
     backend: str
     column: str = ""
     values: tuple[str, ...] = ()
     text: str = ""
+    clause: str = ""  # the words of the question these values answer ("that depend on X")
 
 
 @dataclass
@@ -99,8 +103,23 @@ def row_findings(context: dict[str, Any]) -> list[Finding]:
         cells = [r.get(column) for r in rows]
         values = tuple(dict.fromkeys(str(c).strip() for c in cells if isinstance(c, str) and str(c).strip()))
         if values and all(isinstance(c, str) for c in cells if c is not None):
-            out.append(Finding(str(context.get("backend") or ""), column=column, values=values))
+            out.append(Finding(str(context.get("backend") or ""), column=column, values=values,
+                               clause=str(context.get("clause") or "")))
     return out
+
+
+def bounded_question(question: str, given: Sequence[Finding]) -> str:
+    """`question` with each clause an earlier backend answered replaced by the values it found:
+    "tickets of the services that depend on X" → "tickets of the services a, b, c".
+
+    Why: the later source answers its own part over that set; left in, the relation is one the
+    later source cannot express (the semantic layer declares no dependency closure) and the whole
+    question is refused or answered about X.
+    """
+    for f in given:
+        if f.clause and f.values and f.clause in question:
+            question = question.replace(f.clause, ", ".join(f.values), 1)
+    return question
 
 
 # where a question that asks two things splits ("… agora? E o que diz o runbook …")

@@ -58,12 +58,28 @@ class GraphBackend:
                     "query": inline_parameters(attempt.cypher, attempt.params),
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
-                    "about": self._about(call, str(attempt.pattern)), **trail}
+                    "about": self._about(call, str(attempt.pattern)),
+                    **({"clause": attempt.clause} if attempt.clause else {}), **trail}
         run = answer_cypher(call.whole or call.question, tool, today=call.today, backend=call.profile,
                             usage=call.usage)
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
                 "pattern_reason": reason, **trail}
+
+    def leaves_aggregate(self, services: Services, question: str) -> bool:
+        """Whether a named pattern answers the question's relation but not its aggregate (see
+        `PatternEngine.leaves_aggregate`): the planner then adds a source that aggregates.
+        """
+        from tools.graph_patterns import PatternEngine
+
+        path = services.settings.graph_patterns_file()
+        if not path.exists():
+            return False
+        try:
+            sql = services.engine
+        except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph only
+            sql = None
+        return PatternEngine.for_file(path).leaves_aggregate(question, engine=sql, tool=services.graph_tool)
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The rows' text columns: the set a later backend's part of the question is about."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.backends.base import BackendCall, Finding, render_rows, row_findings
+from tools.backends.base import BackendCall, Finding, bounded_question, render_rows, row_findings
 from tools.services import Services
 
 
@@ -24,6 +24,8 @@ class SQLBackend:
     citation = "SQL"
     planner_description = ("the database: counts, sums, averages, lists and statuses of business records "
                            "(amounts, dates, people, teams, owners)")
+    # counts, sums and averages over a set another source found ("the expenses of everyone under X")
+    aggregates = True
 
     def available(self, services: Services) -> bool:
         """Whether the read-only connection answers."""
@@ -37,17 +39,21 @@ class SQLBackend:
         from tools.text_to_sql import answer_sql
 
         tool = call.services.sql_tool
-        sem = answer_semantic(call.question, tool, call.services.settings.semantic_model_file(), today=call.today,
+        question = bounded_question(call.question, call.given)
+        sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
             context = {"backend": self.name, "path": "semantic:direct" if sem.direct else "semantic",
                        "semantic_query": sem.query_object, "query": sem.sql, "rows": sem.rows[:50],
                        "error": None if sem.ok else sem.reason, "attempts": sem.attempts, "settled": sem.settled}
+            if question != call.question:
+                context["bounded_question"] = question
             return {**context, "accounted": sem.accounted} if sem.direct else context
-        run = answer_sql(_with_findings(call), tool, today=call.today, backend=call.profile, usage=call.usage)
+        run = answer_sql(_with_findings(call, question), tool, today=call.today, backend=call.profile, usage=call.usage)
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,
-                "attempts": sem.attempts + run.attempts}
+                "attempts": sem.attempts + run.attempts,
+                **({"bounded_question": question} if question != call.question else {})}
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The rows' text columns, for a backend that runs after this one (see the planner's `chain`)."""
@@ -71,9 +77,9 @@ class SQLBackend:
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
 
-def _with_findings(call: BackendCall) -> str:
+def _with_findings(call: BackendCall, question: str) -> str:
     """The question for raw text-to-SQL, followed by the sets earlier backends found (it has no
     value linking of its own for them).
     """
     sets = [f"{f.column}: {', '.join(f.values)}" for f in call.given if f.values]
-    return f"{call.question}\n(Found earlier — {'; '.join(sets)})" if sets else call.question
+    return f"{question}\n(Found earlier — {'; '.join(sets)})" if sets else question

@@ -341,11 +341,25 @@ class Route:
     reason: str
     required: list[str] = field(default_factory=list)  # in the plan whatever the LLM says (named documents)
     best: list[str] = field(default_factory=list)  # a close case's plan without the LLM (default: the top candidate)
+    hands_on: list[str] = field(default_factory=list)  # answer the relation only: a source that aggregates follows
 
     def trace(self) -> dict[str, Any]:
         """The route as the turn trace shows it (`plan_match`)."""
         return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
-                "required": self.required, "best": self.best, "matches": [m.trace() for m in self.matches]}
+                "required": self.required, "best": self.best, "hands_on": self.hands_on,
+                "matches": [m.trace() for m in self.matches]}
+
+    def aggregator(self, chosen: Sequence[str]) -> str | None:
+        """The backend to add to `chosen`: when a chosen backend answers only the question's
+        relation (`hands_on`) and none of `chosen` aggregates, the best-ranked backend that does.
+
+        Why: "the total of the expenses of everyone under X" matches the graph (the relation) a
+        little better than the database (the sum); the graph alone lists the people and no total.
+        """
+        if not set(chosen) & set(self.hands_on) or any(aggregates(n) for n in chosen):
+            return None
+        ranked = [n for n, _ in self.matches[0].ranked] if self.matches else []
+        return next((n for n in ranked if aggregates(n) and n not in chosen), None)
 
     def parts(self, chosen: Sequence[str]) -> dict[str, str]:
         """Which part of the question each chosen backend answers: the parts whose top source it is,
@@ -364,6 +378,28 @@ class Route:
             if top is not None and top in chosen:
                 by.setdefault(top, []).append(m.text)
         return {n: "; ".join(texts) for n, texts in by.items()} if len(by) > 1 else {}
+
+
+def aggregates(name: str) -> bool:
+    """Whether backend `name` counts and sums over what another found (its `aggregates` attribute)."""
+    return bool(getattr(BACKENDS.get(name), "aggregates", False))
+
+
+def hands_on(question: str, services: Services) -> list[str]:
+    """The backends whose `leaves_aggregate(services, question)` hook says they answer the
+    question's relation but not its aggregate (a failing hook says nothing).
+    """
+    out: list[str] = []
+    for name, backend in BACKENDS.items():
+        hook: Callable[[Services, str], bool] | None = getattr(backend, "leaves_aggregate", None)
+        if hook is None:
+            continue
+        try:
+            if hook(services, question):
+                out.append(name)
+        except Exception as exc:  # noqa: BLE001 - no hint: the vocabulary match still plans
+            log.debug("planner: %s leaves_aggregate unavailable: %s", name, exc)
+    return out
 
 
 def evidence(text: str, services: Services) -> dict[str, float]:
@@ -428,6 +464,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         found = evidence(text, services) if m.evidence_offset is not None else {}
         matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m, found), m))
     names = list(index.index.names)
+    relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
     docs = ["docs"] if kinds and "docs" in names else []
     whole, pieces = matches[0], matches[1:]
@@ -437,13 +474,14 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     if all(x.decision == "clear" for x in decided):
         chosen = [n for n in names if n in {x.best for x in decided} | set(docs)]
         why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "")
-        return Route("clear", chosen, chosen, matches, why, docs)
+        return Route("clear", chosen, chosen, matches, why, docs, hands_on=relation_only)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
-        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", docs)
+        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", docs,
+                     hands_on=relation_only)
     candidates = {n for x in matches for n in x.close} | set(docs)
     ordered = [n for n, _ in whole.ranked if n in candidates]
     # without the LLM, a question that asks two things takes each part's top source: one source
     # for a two-part question loses the other part's answer
     tops = {x.ranked[0][0] for x in pieces if x.ranked and x.decision != "none"}
     best = [n for n in names if n in tops | set(docs)] if len(tops) > 1 else []
-    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs, best)
+    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs, best, relation_only)
