@@ -714,6 +714,18 @@ def _call(services: Services, question: str, profile: str = "scripted") -> tuple
     return ctx, usage
 
 
+def test_backend_tries_each_piece_of_a_joined_part(models_dir: None, novaops_services: Services) -> None:
+    """A part the planner joined from two pieces ("how many X …; who …"): the piece with an
+    aggregate the graph does not count is left, the piece about a relation answers. The whole
+    part would have gone to text-to-Cypher."""
+    part = "Quantas horas por semana a Fernanda Lopes dedica aos projetos; quem responde diretamente à Fernanda Lopes"
+    usage = Usage()
+    ctx = BACKENDS["graph"].run(BackendCall(question=part, today=TODAY, profile="scripted", services=novaops_services,
+                                            usage=usage, whole=part.replace("; ", "? E ")))
+    assert ctx["path"] == "pattern:direct_reports" and usage.calls == 0, ctx.get("pattern_reason")
+    assert ctx["rows"] == [{"name": "Paulo Henrique Barros"}]
+
+
 def test_backend_answers_a_clear_pattern_with_parameters(models_dir: None, novaops_services: Services) -> None:
     ctx, usage = _call(novaops_services, "Quem responde diretamente à Fernanda Lopes?")
     assert ctx["path"] == "pattern:direct_reports" and usage.calls == 0 and not ctx["error"]

@@ -1056,3 +1056,22 @@ def test_settle_reads_in_total_as_one_figure_over_the_named_rows(layer: Semantic
                     "How many active tickets does each service have in total: billing-engine, legacy-invoicing, "
                     "payments-api?"):
         assert layer.settle(layer.parse(filled), grouped)[0].dimensions == ["services.service_id"], grouped
+
+
+def test_settle_writes_a_field_through_the_role_the_measures_entity_has(layer: SemanticLayer, tool: SQLTool,
+                                                                         novaops: Path) -> None:
+    """A count of tickets filtered by "employee.full_name" (a role expenses have, not tickets) is
+    written through the role the question names: "atribuídos a" is the assignee, "opened by" the
+    requester. With neither named, the two roles stay the model's problem (the refusal asks)."""
+    filled = {"measures": ["tickets.count"], "segments": ["tickets.active"],
+              "filters": [{"field": "employee.full_name", "op": "=", "value": "Marcelo Vieira"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantos chamados ativos estão atribuídos ao Marcelo Vieira?")
+    assert settled.filters == [("assignee.full_name", "=", "Marcelo Vieira")] and any("assignee" in n for n in notes)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets t JOIN employees e ON e.employee_id = t.assignee_id "
+                          "WHERE e.full_name = 'Marcelo Vieira' AND t.status IN ('open', 'in_progress')")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True) and gold[0][0] > 0
+    opened, _ = layer.settle(layer.parse(filled), "How many active tickets were opened by Marcelo Vieira?")
+    assert opened.filters == [("requester.full_name", "=", "Marcelo Vieira")]
+    assert not results_match(gold, _answer(layer, tool, opened), strict=False)  # the requester's count differs
+    neither, _ = layer.settle(layer.parse(filled), "Quantos chamados ativos tem o Marcelo Vieira?")
+    assert neither.filters == [("employee.full_name", "=", "Marcelo Vieira")]

@@ -587,6 +587,39 @@ class SemanticLayer:
             return self._member(Ref((*path, (owner, prefix)), join.entity, member, grain), name, kind)
         raise SemanticQueryError(f"{name}: unknown entity or join {prefix!r}")
 
+    def _reachable_roles(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
+        """A field written through a join role its measures' entity does not have ("employee.full_name"
+        on a count of tickets) is written through the role that entity has to the same target and that
+        the question names ("atribuídos a" → assignee), or through its only such role.
+
+        Why: the small model copies a role from another entity's worked example; the refusal costs a
+        repair call, and the repaired query often drops the person altogether.
+        """
+        bases = {m.split(".", 1)[0] for m in q.measures}
+        if len(bases) != 1 or (base := next(iter(bases))) not in self.spec.entities:
+            return q, []
+        reach = self._reach(base)
+        owned = {j: join for e, paths in reach.items() if len(paths) == 1
+                 for j, join in self.spec.entities[e].joins.items()} | dict(self.spec.entities[base].joins)
+        renamed: dict[str, str] = {}
+        for name in [*q.dimensions, *(f for f, _, _ in q.filters), *(f for f, _ in q.order)]:
+            role, _, member = name.partition(".")
+            if role in self.spec.entities or role in owned or role not in self._roles or name in renamed:
+                continue
+            targets = self._roles[role]
+            options = [j for j, join in owned.items() if join.entity in targets]
+            named = [j for j in options if any(all(_has(text, w) for w in fold(phrase).split() if len(w) > 2)
+                                               for phrase in [j, *owned[j].synonyms] if fold(phrase))]
+            pick = named if len(named) == 1 else options if len(options) == 1 else []
+            if pick:
+                renamed[name] = f"{pick[0]}.{member}"
+        if not renamed:
+            return q, []
+        q = QueryObject(q.expressible, list(q.measures), [renamed.get(d, d) for d in q.dimensions], list(q.segments),
+                        [(renamed.get(f, f), o, v) for f, o, v in q.filters], [(renamed.get(f, f), d) for f, d in q.order],
+                        q.limit)
+        return q, [f"{old} written as {new} (the role {base} has)" for old, new in renamed.items()]
+
     def _role_hint(self, target: str, base: str) -> str:
         roles = sorted({j for e, paths in self._reach(base).items() if len(paths) == 1
                         for j, join in self.spec.entities[e].joins.items() if join.entity == target})
@@ -672,10 +705,11 @@ class SemanticLayer:
         tokens = _without_phrases(said, folded_cues().row_references)
         each_row = len(tokens) < len(said)  # "e o status de cada um": a column beside each listed row
         text = " " + " ".join(tokens) + " "
+        q, dropped_roles = self._reachable_roles(q, text)
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
-        dropped: list[str] = [*either, *(f"filter {f} = {v!r} (the word for the column, not a value)"
-                                         for f, o, v in merged if (f, o, v) not in filters)]
+        dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (the word for the column, not a value)"
+                                                         for f, o, v in merged if (f, o, v) not in filters)]
         # a column the question names by its word is one it asks to see ("e quem lidera?")
         shown = [self._shown_for(f) for f, o, v in merged if (f, o, v) not in filters]
         filters, segments, named = self._segment_filters(filters, list(q.segments))

@@ -89,6 +89,7 @@ class RetrievalBackend(Protocol):
 
 
 MAX_FINDING_VALUES = 30
+PART_JOINER = "; "  # between the pieces of a question that one backend answers (`Plan.parts`)
 
 
 def row_findings(context: dict[str, Any]) -> list[Finding]:

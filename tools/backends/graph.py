@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import BackendCall, Finding, render_rows, row_findings
+from tools.backends.base import PART_JOINER, BackendCall, Finding, render_rows, row_findings
 from tools.services import Services
 
 if TYPE_CHECKING:
@@ -43,9 +43,11 @@ class GraphBackend:
         from tools.text_to_cypher import answer_cypher
 
         tool = call.services.graph_tool
-        # its own part of the question first; the whole question when the part alone names too
-        # little ("… Name the services too")
-        for text in dict.fromkeys([call.question, call.whole or call.question]):
+        # its own part of the question first, then each piece of a part the planner joined (one
+        # piece may ask for an aggregate that is not the graph's, the other for a relation it
+        # holds); the whole question when the part alone names too little ("… Name the services too")
+        pieces = call.question.split(PART_JOINER) if PART_JOINER in call.question else []
+        for text in dict.fromkeys([call.question, *pieces, call.whole or call.question]):
             attempt, reason = self._pattern(call, text)
             if attempt is not None and attempt.ok:
                 break

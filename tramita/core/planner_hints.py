@@ -38,6 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.backends import BACKENDS
+from tools.backends.base import PART_JOINER
 from tools.backends.base import question_parts as parts
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
@@ -377,7 +378,7 @@ class Route:
             top = m.best or (m.ranked[0][0] if m.ranked and m.decision != "none" else None)
             if top is not None and top in chosen:
                 by.setdefault(top, []).append(m.text)
-        return {n: "; ".join(texts) for n, texts in by.items()} if len(by) > 1 else {}
+        return {n: PART_JOINER.join(texts) for n, texts in by.items()} if len(by) > 1 else {}
 
 
 def aggregates(name: str) -> bool:
