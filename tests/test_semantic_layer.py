@@ -1075,3 +1075,24 @@ def test_settle_writes_a_field_through_the_role_the_measures_entity_has(layer: S
     assert not results_match(gold, _answer(layer, tool, opened), strict=False)  # the requester's count differs
     neither, _ = layer.settle(layer.parse(filled), "Quantos chamados ativos tem o Marcelo Vieira?")
     assert neither.filters == [("employee.full_name", "=", "Marcelo Vieira")]
+
+
+def test_a_key_given_part_of_a_rows_name_is_linked_to_that_one_row(layer: SemanticLayer, tool: SQLTool,
+                                                                   novaops: Path) -> None:
+    """ "Tickets of the services the Reliability team owns" filled as owner_team_id = 'Reliability'
+    links to the one team whose name holds that word; a surname two people share links to neither."""
+    def filled(value: str) -> Any:
+        return layer.parse({"measures": ["tickets.count"],
+                            "filters": [{"field": "services.owner_team_id", "op": "=", "value": value}]})
+
+    linked = layer.compile(filled("Reliability"), stored_values(tool)).query
+    assert linked.filters == [("owner_team.name_en", "=", "Site Reliability Engineering")]
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets t JOIN services s ON s.service_id = t.service_id "
+                          "WHERE s.owner_team_id = 'T06'")
+    assert results_match(gold, _answer(layer, tool, linked), strict=True)
+    assignee = {"measures": ["tickets.count"], "filters": [{"field": "tickets.assignee_id", "op": "=", "value": "Vieira"}]}
+    assert layer.compile(layer.parse(assignee), stored_values(tool)).query.filters == [
+        ("assignee.full_name", "=", "Marcelo Vieira")]
+    shared = {**assignee, "filters": [{"field": "tickets.assignee_id", "op": "=", "value": "Ferreira"}]}
+    with pytest.raises(SemanticQueryError, match="is not a stored value"):  # two people share the surname
+        layer.compile(layer.parse(shared), stored_values(tool))

@@ -1334,6 +1334,7 @@ class SemanticLayer:
             other_hit = _match_value(value, other_known, d.values, loose=False)
             if other_hit is not None:
                 return f"{prefix}.{other}", other_hit
+        partial: list[tuple[str, str]] = []
         for role, join in self._joins_on(ref.entity, ref.member):  # a key column given the name of a row it points at
             target = self.spec.entities[join.entity]
             for other, d in target.dimensions.items():
@@ -1343,6 +1344,11 @@ class SemanticLayer:
                 other_hit = _match_value(value, other_known, d.values, loose=False)
                 if other_hit is not None:
                     return f"{role}.{other}", other_hit
+                inside = _match_value(value, other_known, {}, loose=True)
+                if inside is not None:
+                    partial.append((f"{role}.{other}", inside))
+        if len({v for _, v in partial}) == 1:  # "the Data team": the one row whose name holds those words
+            return partial[0]
         if closed:
             shown = ", ".join(repr(v) for v in known[:20])
             raise SemanticQueryError(f"{name}: {value!r} is not a stored value; stored values: {shown}")
