@@ -1096,3 +1096,21 @@ def test_a_key_given_part_of_a_rows_name_is_linked_to_that_one_row(layer: Semant
     shared = {**assignee, "filters": [{"field": "tickets.assignee_id", "op": "=", "value": "Ferreira"}]}
     with pytest.raises(SemanticQueryError, match="is not a stored value"):  # two people share the surname
         layer.compile(layer.parse(shared), stored_values(tool))
+
+
+def test_settle_takes_the_role_the_question_names_over_the_default_one(layer: SemanticLayer, tool: SQLTool,
+                                                                       novaops: Path) -> None:
+    """Expenses per "employees.full_name" follow the default role (who spent); "quem aprovou" names
+    the approver's words only, so the breakdown is per approver. A question that names the
+    spender's words, both roles' words, or neither keeps the model's field."""
+    filled = {"measures": ["expenses.count"], "dimensions": ["employees.full_name"],
+              "filters": [{"field": "expenses.status", "op": "=", "value": "rejected"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quem aprovou ou recusou mais despesas rejeitadas, por pessoa?")
+    assert settled.dimensions == ["approver.full_name"] and any("approver" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT e.full_name, COUNT(*) FROM expenses x JOIN employees e ON e.employee_id = x.approver_id "
+                          "WHERE x.status = 'rejected' GROUP BY e.full_name")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=False)  # per spender
+    for kept in ("Quais pessoas tiveram mais despesas rejeitadas, por pessoa?",
+                 "De quem são as despesas rejeitadas, e quem aprovou, por pessoa?"):
+        assert layer.settle(layer.parse(filled), kept)[0].dimensions == ["employees.full_name"], kept

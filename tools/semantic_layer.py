@@ -590,7 +590,9 @@ class SemanticLayer:
     def _reachable_roles(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
         """A field written through a join role its measures' entity does not have ("employee.full_name"
         on a count of tickets) is written through the role that entity has to the same target and that
-        the question names ("atribuídos a" → assignee), or through its only such role.
+        the question names ("atribuídos a" → assignee), or through its only such role. A field written
+        through the plain entity name, which follows the default role, takes the one other role the
+        question names instead ("quem mais aprovou" → approver, not the spender).
 
         Why: the small model copies a role from another entity's worked example; the refusal costs a
         repair call, and the repaired query often drops the person altogether.
@@ -602,15 +604,22 @@ class SemanticLayer:
         owned = {j: join for e, paths in reach.items() if len(paths) == 1
                  for j, join in self.spec.entities[e].joins.items()} | dict(self.spec.entities[base].joins)
         renamed: dict[str, str] = {}
+        words = text.split()
         for name in [*q.dimensions, *(f for f, _, _ in q.filters), *(f for f, _ in q.order)]:
             role, _, member = name.partition(".")
-            if role in self.spec.entities or role in owned or role not in self._roles or name in renamed:
+            if role in owned or name in renamed or role == base:
                 continue
-            targets = self._roles[role]
+            targets = {role} if role in self.spec.entities else self._roles.get(role, set())
             options = [j for j, join in owned.items() if join.entity in targets]
-            named = [j for j in options if any(all(_has(text, w) for w in fold(phrase).split() if len(w) > 2)
-                                               for phrase in [j, *owned[j].synonyms] if fold(phrase))]
-            pick = named if len(named) == 1 else options if len(options) == 1 else []
+            named = [j for j in options if any(_says(words, phrase) or _says_content(text, phrase)
+                                               for phrase in [j, *owned[j].synonyms])]
+            if role in self.spec.entities:
+                # the entity's plain name follows its default join ("who spent"); a question that
+                # names only another role's words ("quem mais aprovou") means that role
+                defaults = [j for j in options if owned[j].default]
+                pick = named if len(named) == 1 and defaults and named != defaults else []
+            else:
+                pick = named if len(named) == 1 else options if len(options) == 1 else []
             if pick:
                 renamed[name] = f"{pick[0]}.{member}"
         if not renamed:
@@ -1819,6 +1828,25 @@ def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
     # the cue, then at most one word (an article, a value: "SEV2"); or the entity, then the cue
     return any(j in (i + p, i + p + 1) for i in phrase_starts(tokens, phrase) for j in phrase_starts(tokens, word)) \
         or any(j in (i + w, i + w + 1) for i in phrase_starts(tokens, word) for j in phrase_starts(tokens, phrase))
+
+
+def _says(words: list[str], phrase: str) -> bool:
+    """Whether the folded words hold `phrase` word for word, each word maybe in the plural
+    ("atribuídos a" says "atribuído a"; "quem mais aprovou" does not say "de quem").
+    """
+    key = fold(phrase).split()
+    n = len(key)
+    return bool(key) and any(all(w in (k, k + "s", k + "es") for w, k in zip(words[i:i + n], key, strict=True))
+                             for i in range(len(words) - n + 1))
+
+
+def _says_content(text: str, phrase: str) -> bool:
+    """Whether the padded folded `text` holds every long word (five letters or more) of a
+    several-word `phrase`, each maybe in the plural: "atribuídos ao" says "atribuído a"; "de quem"
+    has no such word and is never said this way.
+    """
+    long = [w for w in fold(phrase).split() if len(w) > 4]
+    return len(fold(phrase).split()) > 1 and bool(long) and all(_has(text, w) for w in long)
 
 
 def _has(text: str, words: str) -> bool:
