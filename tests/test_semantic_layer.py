@@ -1114,3 +1114,13 @@ def test_settle_takes_the_role_the_question_names_over_the_default_one(layer: Se
     for kept in ("Quais pessoas tiveram mais despesas rejeitadas, por pessoa?",
                  "De quem são as despesas rejeitadas, e quem aprovou, por pessoa?"):
         assert layer.settle(layer.parse(filled), kept)[0].dimensions == ["employees.full_name"], kept
+
+
+def test_a_role_is_named_by_its_whole_phrase() -> None:
+    """ "approved meal expense" does not say "approved by"; "atribuídos ao" says "atribuído a"."""
+    from tools.semantic_layer import _says
+
+    assert _says("quantos chamados estao atribuidos ao marcelo".split(), "atribuído a")
+    assert not _says("the average approved meal expense".split(), "approved by")
+    assert not _says("quem mais aprovou despesas".split(), "de quem")
+    assert _says("quem aprovou mais".split(), "aprovou")

@@ -611,8 +611,7 @@ class SemanticLayer:
                 continue
             targets = {role} if role in self.spec.entities else self._roles.get(role, set())
             options = [j for j, join in owned.items() if join.entity in targets]
-            named = [j for j in options if any(_says(words, phrase) or _says_content(text, phrase)
-                                               for phrase in [j, *owned[j].synonyms])]
+            named = [j for j in options if any(_says(words, phrase) for phrase in [j, *owned[j].synonyms])]
             if role in self.spec.entities:
                 # the entity's plain name follows its default join ("who spent"); a question that
                 # names only another role's words ("quem mais aprovou") means that role
@@ -1831,22 +1830,18 @@ def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
 
 
 def _says(words: list[str], phrase: str) -> bool:
-    """Whether the folded words hold `phrase` word for word, each word maybe in the plural
-    ("atribuídos a" says "atribuído a"; "quem mais aprovou" does not say "de quem").
+    """Whether the folded words hold `phrase` word for word, each word maybe in the plural and a
+    word of two letters or less maybe contracted ("atribuídos ao" says "atribuído a"; "quem mais
+    aprovou" does not say "de quem", nor "approved meal" "approved by").
     """
     key = fold(phrase).split()
     n = len(key)
-    return bool(key) and any(all(w in (k, k + "s", k + "es") for w, k in zip(words[i:i + n], key, strict=True))
+
+    def same(w: str, k: str) -> bool:
+        return w in (k, k + "s", k + "es") or (len(k) <= 2 and w.startswith(k))
+
+    return bool(key) and any(all(same(w, k) for w, k in zip(words[i:i + n], key, strict=True))
                              for i in range(len(words) - n + 1))
-
-
-def _says_content(text: str, phrase: str) -> bool:
-    """Whether the padded folded `text` holds every long word (five letters or more) of a
-    several-word `phrase`, each maybe in the plural: "atribuídos ao" says "atribuído a"; "de quem"
-    has no such word and is never said this way.
-    """
-    long = [w for w in fold(phrase).split() if len(w) > 4]
-    return len(fold(phrase).split()) > 1 and bool(long) and all(_has(text, w) for w in long)
 
 
 def _has(text: str, words: str) -> bool:
