@@ -594,6 +594,28 @@ def test_a_relation_in_a_relative_clause_answers_for_the_later_source(
     assert whole.clause == "que dependem do ledger-service, direta ou indiretamente"
 
 
+def test_the_entity_a_pattern_started_from_is_what_its_rows_stand_for(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool) -> None:
+    """ "The total of the approved expenses of everyone under X": with no relative clause, the words
+    naming X (as the question writes them) are what the rows replace for the later source; alone,
+    the total is not the graph's and nothing is named."""
+    engine, _, sql = engine_and_gazetteer
+    question = "Qual o total de despesas aprovadas de todo mundo abaixo do Gonçalo Pereira, em qualquer nível?"
+    attempt = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql,
+                            rows_for_later=True)
+    assert attempt.ok and attempt.pattern == "reports_under" and attempt.clause == "Gonçalo Pereira", attempt.reason
+    alone = engine.answer(question, tool=lbug_tool, today=TODAY, usage=Usage(), backend="scripted", engine=sql)
+    assert not alone.ok and not alone.clause
+
+
+def test_span_of() -> None:
+    from tramita.base.text import span_of
+
+    assert span_of("everyone under Cláudia Reis?", "claudia reis") == "Cláudia Reis"
+    assert span_of("tickets of INC-2043, please", "inc-2043") == "INC-2043"
+    assert span_of("everyone under Cláudia Reisinger", "claudia reis") is None
+
+
 def test_relative_clauses() -> None:
     openers = ["que", "that", "whose"]
     assert relative_clauses("How many tickets do the services that call auth-service have? List them.", openers) \

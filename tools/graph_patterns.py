@@ -47,7 +47,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import fold, phrase_starts, tokens
+from tramita.base.text import fold, phrase_starts, span_of, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -982,6 +982,8 @@ class PatternEngine:
         if attempt.rows is not rows:
             attempt.cypher = _narrowed(tool, attempt.cypher, attempt.params, rows, attempt.rows)
         attempt.ok = True
+        if rows_for_later and not attempt.clause:
+            attempt.clause = _anchor(question, gazetteer, self.patterns, attempt.params)
         return attempt
 
     def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
@@ -1026,6 +1028,17 @@ class PatternEngine:
             return attempt
         attempt.cypher, attempt.rows, attempt.ok = cypher, rows, True
         return attempt
+
+
+def _anchor(question: str, gazetteer: Gazetteer, patterns: PatternFile, params: dict[str, Any]) -> str:
+    """The words of the question naming the one entity a pattern started from ("Cláudia Reis" in
+    "the expenses of everyone under Cláudia Reis"), as the question writes them; "" when the
+    pattern took none or several. A later source reads the pattern's rows in their place: the
+    question is about the rows the relation reaches, not about that entity.
+    """
+    bound = {str(v) for v in params.values() if not isinstance(v, list)}
+    used = {m.surface for m in find_mentions(question, gazetteer, _id_params(patterns)) if m.value in bound}
+    return (span_of(question, next(iter(used))) or "") if len(used) == 1 else ""
 
 
 def relative_clauses(question: str, openers: Iterable[str]) -> list[str]:

@@ -53,6 +53,19 @@ def tokens(text: str) -> list[str]:
     return re.findall(r"[\w-]+", fold(text))
 
 
+def span_of(text: str, folded: str) -> str | None:
+    """The stretch of `text` whose folded form is `folded` ("Cláudia Reis" for "claudia reis"),
+    from a word's start to a word's end; None when `text` does not say it.
+    """
+    marks = list(re.finditer(r"[\w-]+", text))
+    size = len(folded.split())
+    for i in range(len(marks) - size + 1):
+        stretch = text[marks[i].start():marks[i + size - 1].end()]
+        if fold(stretch) == folded:
+            return stretch
+    return None
+
+
 def phrase_starts(found: Sequence[str], phrase: str | Sequence[str]) -> list[int]:
     """Where the folded `phrase` starts in the token list `found`, as indices.
 
