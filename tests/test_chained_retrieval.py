@@ -81,6 +81,28 @@ def test_a_part_about_each_listed_row_stays_with_its_list(question: str, parts: 
     assert question_parts(question) == parts
 
 
+
+@pytest.mark.parametrize(("question", "parts"), [
+    # one more column of what the part before finds: one word of its own is no second question
+    ("Which ticket has stayed open the longest, and for how many days?", []),
+    ("Qual foi o maior reembolso negado, e qual o valor?", []),
+    ("Who approved EXP-0042, and when was it?", []),
+    # a second part that names two things of its own is still a second question
+    ("Who commanded INC-2031, and which services did it hit?", ["Who commanded INC-2031", "which services did it hit"]),
+    ("Quem é o dono do ledger-service, e qual o centro de custo desse time?",
+     ["Quem é o dono do ledger-service", "qual o centro de custo desse time"]),
+])
+def test_an_elliptic_part_continues_the_part_before(question: str, parts: list[str]) -> None:
+    from tramita.core.planner_hints import _stopwords
+
+    assert question_parts(question, stop=_stopwords()) == parts
+
+
+def test_without_function_words_an_elliptic_part_stays_apart() -> None:
+    # the document search calls it without them: each piece is one more passage query
+    assert question_parts("Which ticket has stayed open the longest, and for how many days?") == [
+        "Which ticket has stayed open the longest", "for how many days"]
+
 # ------------------------------------------------------------------------------- the retrieve node
 
 class _Recorder:

@@ -526,6 +526,10 @@ def test_settle_answers_which_row_holds_the_extreme_with_that_row(question: str,
      {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "tickets.service_id", "op": "=",
                                                         "value": "search-service"}]},
      "SELECT ticket_id, created_at FROM tickets WHERE service_id = 'search-service' ORDER BY created_at LIMIT 1"),
+    ("Which is the oldest incident still unresolved?",  # ordered by the date already, but every row listed
+     {"dimensions": ["incidents.incident_id"], "order": [{"field": "incidents.opened_at", "direction": "asc"}],
+      "filters": [{"field": "incidents.resolved_at", "op": "is_null", "value": None}]},
+     "SELECT incident_id, opened_at FROM incidents WHERE resolved_at IS NULL ORDER BY opened_at LIMIT 1"),
 ])
 def test_settle_answers_the_newest_or_oldest_row_by_the_entitys_date(
         question: str, filled: dict[str, Any], gold: str, layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
@@ -536,6 +540,38 @@ def test_settle_answers_the_newest_or_oldest_row_by_the_entitys_date(
     want = _rows(novaops, gold)
     assert want and results_match(want, _answer(layer, tool, settled), ordered=True, strict=True)
     assert not results_match(want, _answer(layer, tool, layer.parse(filled)), ordered=True, strict=True)
+
+
+RANKED = {"measures": ["expenses.count"], "dimensions": ["approver.full_name"],
+          "filters": [{"field": "expenses.status", "op": "=", "value": "rejected"}]}
+
+
+@pytest.mark.parametrize(("question", "gold"), [
+    ("Quem decidiu mais despesas rejeitadas?", "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e "
+     "ON e.employee_id = x.approver_id WHERE x.status = 'rejected' GROUP BY e.full_name ORDER BY n DESC LIMIT 1"),
+    ("Who rejected the fewest expenses?", "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e "
+     "ON e.employee_id = x.approver_id WHERE x.status = 'rejected' GROUP BY e.full_name ORDER BY n LIMIT 1"),
+])
+def test_settle_ranks_an_unordered_answer_that_asks_for_one(question: str, gold: str, layer: SemanticLayer,
+                                                            tool: SQLTool, novaops: Path) -> None:
+    """ "Quem decidiu mais despesas rejeitadas?" filled as the count per approver with no order is the one
+    approver with the most: the model's rows (every approver) fail the gold, the settled row passes.
+    "Fewest" ranks from the smallest."""
+    settled, notes = layer.settle(layer.parse(RANKED), question)
+    assert settled.limit == 1 and any("limit 1" in n for n in notes), notes
+    want = _rows(novaops, gold)
+    assert results_match(want, _answer(layer, tool, settled), ordered=True, strict=True)
+    assert not results_match(want, _answer(layer, tool, layer.parse(RANKED)), strict=True)
+
+
+@pytest.mark.parametrize("question", [
+    "Quem decidiu mais de 5 despesas rejeitadas?",  # a bound, not a ranking
+    "Who rejected more than five expenses?",
+    "Quem decidiu mais despesas rejeitadas, por pessoa?",  # every group, ranked
+    "Quais pessoas decidiram mais despesas rejeitadas?",  # plural: several
+])
+def test_settle_leaves_a_bound_or_a_breakdown_uncut(question: str, layer: SemanticLayer) -> None:
+    assert layer.settle(layer.parse(RANKED), question)[0].limit is None
 
 
 def test_settle_shows_the_column_a_list_question_names(layer: SemanticLayer) -> None:

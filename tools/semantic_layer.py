@@ -91,6 +91,12 @@ class QueryCues(BaseModel):
     fillers: dict[str, list[str]] = Field(description="words allowed between a cue and the entity")
     grain_words: dict[str, list[str]] = Field(default_factory=dict, description="time grain -> the words for it")
     superlatives: dict[str, list[str]] = Field(default_factory=dict, description="most, largest, maior ...")
+    least_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="the superlatives that rank smallest first (least, menor)")
+    comparative_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words after a superlative that make it a comparison (than)")
+    number_prepositions: dict[str, list[str]] = Field(
+        default_factory=dict, description="words after a superlative that make it a bound before a number (de)")
     singular_cues: dict[str, list[str]] = Field(default_factory=dict, description="question words before ONE thing")
     person_cues: dict[str, list[str]] = Field(default_factory=dict, description="who: one person")
     aggregation_cues: dict[Aggregation, list[str]] = Field(
@@ -143,6 +149,9 @@ class FoldedCues:
     row_references: tuple[str, ...] = ()  # "cada um": folded phrases
     days: frozenset[str] = frozenset()  # day cues and month names
     whole: tuple[str, ...] = ()  # "in total", "ao todo": folded phrases
+    least: frozenset[str] = frozenset()  # superlatives that rank smallest first
+    comparative: frozenset[str] = frozenset()  # "than": a superlative word then one of these compares
+    number_prepositions: frozenset[str] = frozenset()  # "de": ... compares when a number follows
 
 
 @lru_cache(maxsize=4)
@@ -162,7 +171,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       {k: tuple(" ".join(fold(w).split()) for w in ws) for k, ws in f.recency_cues.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.row_references.values() for w in ws),
                       words(f.day_cues) | frozenset(_MONTHS),
-                      tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws))
+                      tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws),
+                      words(f.least_words), words(f.comparative_words), words(f.number_prepositions))
 
 
 class SemanticQueryError(ValueError):
@@ -769,6 +779,10 @@ class SemanticLayer:
             dropped.append(f"{', '.join(measures) or 'the list'} (the question asks for the "
                            f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
             measures, kept, order, limit = [], *latest, 1
+        if limit is None and kept and measures and not order and self._asks_for_one(tokens, kept):
+            # "quem mais aprovou despesas?" filled with no order: ranked by the measure, then one row
+            least = bool(folded_cues().least & set(ranking_words(tokens)))
+            order = [(measures[0], "asc" if least else "desc")]
         if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
             limit = 1
             dropped.append("limit 1 (a single 'which/who … most' answer)")
@@ -1245,8 +1259,6 @@ class SemanticLayer:
                               if any(_next_to(tokens, phrase, w) for w in words)), None)
             if direction is None:
                 continue
-            if any(f == f"{entity}.{when}" for f, _ in order):
-                return None  # the model ordered this entity by its date already
             dims = list(dict.fromkeys([f"{entity}.{label}", *(d for d in kept if GRAIN_SEP not in d),
                                        f"{entity}.{when}"]))
             return dims, [(f"{entity}.{when}", "desc" if direction == "latest" else "asc")]
@@ -1258,9 +1270,11 @@ class SemanticLayer:
         "who"), not "quais times" or "which services".
         """
         cues = folded_cues()
-        if not cues.superlatives & set(tokens):
+        if not ranking_words(tokens):
             return False
         words = [w for name in dims for w in self._entity_words(name.split(".", 1)[0])]
+        if any(_after_cue(tokens, w, cues.breakdown) for w in words):
+            return False  # "… mais despesas, por pessoa?": every group, ranked
         for i, tok in enumerate(tokens):
             if tok not in cues.singular:
                 continue
@@ -1818,6 +1832,22 @@ def _without_phrases(tokens: list[str], phrases: Iterable[str]) -> list[str]:
         out = out.replace(f" {phrase} ", " ")
     return out.split()
 
+
+def ranking_words(tokens: Sequence[str]) -> list[str]:
+    """The superlative words of folded `tokens` that rank (`policies/query_cues.yaml`), not those
+    that bound: "mais de 3", "more than 5" compare with a number and ask for no ranking.
+    """
+    cues = folded_cues()
+    out: list[str] = []
+    for i, tok in enumerate(tokens):
+        if tok not in cues.superlatives:
+            continue
+        after = tokens[i + 1:i + 3]
+        if after and (after[0] in cues.comparative or (
+                after[0] in cues.number_prepositions and len(after) > 1 and re.match(r"\d", after[1]))):
+            continue
+        out.append(tok)
+    return out
 
 def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
     """Whether `phrase` stands right before `word` or right after it, one word between at most

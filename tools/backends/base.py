@@ -129,18 +129,25 @@ _PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?
                     re.IGNORECASE)
 
 
-def question_parts(question: str) -> list[str]:
+def question_parts(question: str, *, stop: frozenset[str] | None = None) -> list[str]:
     """The parts of a question that asks two or more things (each of three words or more); [] for
     a question that asks one thing. A question embeds as the mix of its parts, so the planner and
-    the document search also look at each part alone.
+    the document search also look at each part alone. With `stop` (folded function words), a part
+    naming at most one word outside them continues the part before.
+
+    Why: "…, and for how many minutes?", "e qual o valor?" ask one more column of what the part
+    before finds; alone, one word is matched to whichever source uses it, and the question was
+    split between two sources that each answered half of it.
     """
     from tools.semantic_layer import folded_cues
 
     rows = folded_cues().row_references
     found: list[str] = []
     for piece in (p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3):
-        words = " " + " ".join(re.findall(r"[\w-]+", fold(piece))) + " "
-        if found and any(f" {r} " in words for r in rows):
+        tokens = re.findall(r"[\w-]+", fold(piece))
+        words = " " + " ".join(tokens) + " "
+        elliptic = stop is not None and sum(1 for t in tokens if t not in stop) <= 1
+        if found and (elliptic or any(f" {r} " in words for r in rows)):
             # "… e qual o status de cada um?" asks for a column of the rows the part before asks
             # for: one thing, answered where those rows are
             found[-1] = f"{found[-1]}, {piece}"

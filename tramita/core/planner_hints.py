@@ -458,7 +458,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     m = _file().matching
     index = index or vocabulary_index(services, embeddings)
     model = embeddings or _default_embeddings()
-    texts = [question, *parts(question)]
+    texts = [question, *parts(question, stop=index.stop)]
     matches: list[Match] = []
     for text in texts:
         vector = model.embed_query(index.masker.mask(text))
