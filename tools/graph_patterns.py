@@ -272,19 +272,10 @@ class GraphPattern(_Strict):
     counts: list[str] = Field(default_factory=list, description=(
         "nouns that name one answer of the pattern (people, services): 'how many <noun>' is answered by "
         "counting the pattern's distinct answers"))
-    about: str | None = Field(None, min_length=5, description=(
-        "what the rows are, naming what the pattern started from as {parameter} (an entity, id or week "
-        "parameter): 'the services that call {service}'. The answer's writer reads it above the rows"))
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphPattern:
         names = [p.name for p in self.parameters]
-        if self.about is not None:
-            named = set(re.findall(r"\{(\w+)\}", self.about))
-            allowed = {p.name for p in self.parameters if isinstance(p, (EntityParam, IdParam, WeekParam))}
-            if not named or named - allowed:
-                raise ValueError(f"about: must name one or more of the entity, id or week parameters {sorted(allowed)} "
-                                 f"as {{name}}, and no other (names {sorted(named)})")
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"parameters: duplicate names {dupes}")
@@ -664,7 +655,6 @@ class PatternAttempt:
     reason: str = ""
     llm_filled: list[str] = field(default_factory=list)
     clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
-    about: str = ""  # the pattern's `about`, with what it started from as the question names it
 
 
 _engines: dict[tuple[str, int, int], PatternEngine] = {}
@@ -984,7 +974,6 @@ class PatternEngine:
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
-        attempt.about = _about(pattern, question, gazetteer, self.patterns, attempt.params)
         if counting:
             return self._counted(attempt, pattern, tool)
         attempt.rows = drop_unasked_details(drop_echoed_columns(rows, attempt.params), pattern.details, question,
@@ -1050,27 +1039,6 @@ def _anchor(question: str, gazetteer: Gazetteer, patterns: PatternFile, params: 
     bound = {str(v) for v in params.values() if not isinstance(v, list)}
     used = {m.surface for m in find_mentions(question, gazetteer, _id_params(patterns)) if m.value in bound}
     return (span_of(question, next(iter(used))) or "") if len(used) == 1 else ""
-
-
-def _about(pattern: GraphPattern, question: str, gazetteer: Gazetteer, patterns: PatternFile,
-           params: dict[str, Any]) -> str:
-    """`pattern.about` with each parameter written as the question names it ("Catarina Lobo", not
-    "E061"), else as bound; "" when the pattern declares none.
-
-    Why: a small model reading "manager | role" rows under "the direct reports of one manager" wrote
-    the relation the wrong way round ("she reports to 4 people"); "the people who report directly
-    to Catarina Lobo" leaves it one way to read.
-    """
-    if pattern.about is None:
-        return ""
-    mentions = find_mentions(question, gazetteer, _id_params(patterns))
-
-    def said(match: re.Match[str]) -> str:
-        value = params.get(match.group(1))
-        words = next((span_of(question, m.surface) for m in mentions if m.value == value), None)
-        return words or str(value)
-
-    return re.sub(r"\{(\w+)\}", said, pattern.about)
 
 
 def relative_clauses(question: str, openers: Iterable[str]) -> list[str]:

@@ -60,7 +60,7 @@ class GraphBackend:
                     "query": inline_parameters(attempt.cypher, attempt.params),
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
-                    "about": attempt.about or self._about(call, str(attempt.pattern)),
+                    "about": self._about(call, str(attempt.pattern)),
                     **({"clause": attempt.clause} if attempt.clause else {}), **trail}
         run = answer_cypher(call.whole or call.question, tool, today=call.today, backend=call.profile,
                             usage=call.usage)
