@@ -530,6 +530,10 @@ def test_settle_answers_which_row_holds_the_extreme_with_that_row(question: str,
      {"dimensions": ["incidents.incident_id"], "order": [{"field": "incidents.opened_at", "direction": "asc"}],
       "filters": [{"field": "incidents.resolved_at", "op": "is_null", "value": None}]},
      "SELECT incident_id, opened_at FROM incidents WHERE resolved_at IS NULL ORDER BY opened_at LIMIT 1"),
+    ("What is the oldest ticket still open?",  # a count per day filled: first the rows behind it, then the oldest
+     {"measures": ["tickets.count"], "dimensions": ["tickets.ticket_id", "tickets.created_at__day"],
+      "filters": [{"field": "tickets.status", "op": "=", "value": "open"}]},
+     "SELECT ticket_id, created_at FROM tickets WHERE status = 'open' ORDER BY created_at LIMIT 1"),
 ])
 def test_settle_answers_the_newest_or_oldest_row_by_the_entitys_date(
         question: str, filled: dict[str, Any], gold: str, layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:

@@ -792,6 +792,11 @@ class SemanticLayer:
         if listed:
             dropped.append(f"{measures[0]} (the question asks for no number: the rows, {', '.join(listed)})")
             measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
+            latest = self._latest_record(measures, kept, order, tokens) if limit is None else None
+            if latest is not None and self._lists(q, latest[0]):  # the count was the model's: now a list
+                dropped.append(f"the list (the question asks for the "
+                               f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
+                kept, order, limit = *latest, 1
         if not measures and kept:
             swapped_in, notes = self._named_dimensions(kept, text)
             if notes and self._lists(q, swapped_in):
