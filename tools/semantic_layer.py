@@ -776,16 +776,16 @@ class SemanticLayer:
             measures, kept, order, limit = [], *record, 1
         latest = self._latest_record(measures, kept, order, tokens)
         if latest is not None and self._lists(q, latest[0]):  # "the most recent incident" is that row
-            dropped.append(f"{', '.join(measures) or 'the list'} (the question asks for the "
-                           f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
+            dropped.append(_one_row_note(measures, latest))
             measures, kept, order, limit = [], *latest, 1
-        if limit is None and kept and measures and not order and self._asks_for_one(tokens, kept):
-            # "quem mais aprovou despesas?" filled with no order: ranked by the measure, then one row
-            least = bool(folded_cues().least & set(ranking_words(tokens)))
-            order = [(measures[0], "asc" if least else "desc")]
-        if limit is None and kept and any(f in self.measure_names for f, _ in order) and self._asks_for_one(tokens, kept):
-            limit = 1
-            dropped.append("limit 1 (a single 'which/who … most' answer)")
+        if limit is None and kept and self._asks_for_one(tokens, kept):
+            if measures and not order:
+                # "quem mais aprovou despesas?" filled with no order: ranked by the measure, then one row
+                least = bool(folded_cues().least & set(ranking_words(tokens)))
+                order = [(measures[0], "asc" if least else "desc")]
+            if any(f in self.measure_names for f, _ in order):
+                limit = 1
+                dropped.append("limit 1 (a single 'which/who … most' answer)")
         listed = self._rows_behind(measures, kept, order, tokens, text, q.filters)
         if listed and not self._lists(q, listed):  # the rows must be reachable from one entity, or the count stays
             listed = []
@@ -794,8 +794,7 @@ class SemanticLayer:
             measures, kept, order = [], listed, [(f, d) for f, d in order if f not in self.measure_names]
             latest = self._latest_record(measures, kept, order, tokens) if limit is None else None
             if latest is not None and self._lists(q, latest[0]):  # the count was the model's: now a list
-                dropped.append(f"the list (the question asks for the "
-                               f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
+                dropped.append(_one_row_note(measures, latest))
                 kept, order, limit = *latest, 1
         if not measures and kept:
             swapped_in, notes = self._named_dimensions(kept, text)
@@ -1853,6 +1852,13 @@ def ranking_words(tokens: Sequence[str]) -> list[str]:
             continue
         out.append(tok)
     return out
+
+
+def _one_row_note(measures: list[str], latest: tuple[list[str], list[tuple[str, str]]]) -> str:
+    """The trace line for a query turned into the newest or oldest row (`_latest_record`)."""
+    return (f"{', '.join(measures) or 'the list'} (the question asks for the "
+            f"{'newest' if latest[1][0][1] == 'desc' else 'oldest'} row: {', '.join(latest[0])})")
+
 
 def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
     """Whether `phrase` stands right before `word` or right after it, one word between at most

@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from tools.llm import Usage
 from tools.services import Services
 from tramita.base.prompts import render
-from tramita.base.text import fold
+from tramita.base.text import tokens
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,9 @@ def question_parts(question: str, *, stop: frozenset[str] | None = None) -> list
     rows = folded_cues().row_references
     found: list[str] = []
     for piece in (p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3):
-        tokens = re.findall(r"[\w-]+", fold(piece))
-        words = " " + " ".join(tokens) + " "
-        elliptic = stop is not None and sum(1 for t in tokens if t not in stop) <= 1
+        said = tokens(piece)
+        words = " " + " ".join(said) + " "
+        elliptic = stop is not None and sum(1 for t in said if t not in stop) <= 1
         if found and (elliptic or any(f" {r} " in words for r in rows)):
             # "… e qual o status de cada um?" asks for a column of the rows the part before asks
             # for: one thing, answered where those rows are
