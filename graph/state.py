@@ -81,6 +81,7 @@ class Plan(TypedDict, total=False):
     backends: list[str]
     reason: str
     parts: dict[str, str]  # backend -> the part of the question it answers (absent: the whole question)
+    standby: str  # runs when the one planned backend's query fails (`Route.standby`); absent: none
 
 
 class TurnTrace(TypedDict, total=False):
@@ -107,6 +108,8 @@ class TurnTrace(TypedDict, total=False):
     plan_match: dict[str, Any]
     # synthesis removed something from the model's answer (a label, exception text, a citation)
     sanitised: bool
+    # the backend that answered after the one planned backend's query failed (`Plan.standby`)
+    standby: str
 
 
 def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
@@ -135,7 +138,7 @@ def merge_trace(old: TurnTrace | None, new: TurnTrace | None) -> TurnTrace:
     if "errors" in new:
         merged["errors"] = [*old.get("errors", []), *new["errors"]]
     latest = {k: v for k, v in new.items() if k in ("route", "executed_tool", "refused", "refusal", "first_token_s",
-                                                    "confirmed_by", "plan_match", "sanitised")}
+                                                    "confirmed_by", "plan_match", "sanitised", "standby")}
     merged.update(latest)  # type: ignore[typeddict-item]  # the keys are TurnTrace's own, filtered above
     return merged
 

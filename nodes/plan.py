@@ -120,5 +120,8 @@ def plan(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
     chosen, reason, failed = decide(matched, ask if llm_when_close() else None)
     p = Plan(backends=chosen, reason=reason, parts=matched.parts(chosen) if matched is not None else {})
+    standby = matched.standby(chosen) if matched is not None else None
+    if standby is not None:
+        p["standby"] = standby
     return {"plan": p, "turn": trace("plan", route=f"plan:{'+'.join(chosen)}", errors=[*errors, *failed], **extra,
                                      **usage.trace())}

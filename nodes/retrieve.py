@@ -5,7 +5,9 @@ database): a later backend gets what the earlier ones found (`Finding`), so a qu
 part is about the first part's answer is answered in that order. A backend answers its own part of
 the question when the planner split it (`Plan.parts`). A backend that fails, times out or is
 unavailable leaves a stated gap (a context entry with its error) instead of failing the turn;
-synthesis decides whether the user needs to hear about it.
+synthesis decides whether the user needs to hear about it. When the one planned backend fails to
+query, the plan's standby (the best-matched other backend that writes its own query) answers the
+whole question instead: the database and the graph hold many of the same records.
 """
 
 from __future__ import annotations
@@ -40,9 +42,31 @@ def findings(context: dict[str, Any]) -> list[Finding]:
         return []
 
 
+def _result(name: str, fut: Any, timeout: float) -> dict[str, Any]:
+    """A backend's context, or a stated gap when it timed out or raised."""
+    try:
+        return dict(fut.result(timeout=timeout))
+    except FutureTimeout:
+        return {"backend": name, "error": f"timed out after {timeout:.0f} s"}
+    except Exception as exc:  # noqa: BLE001 - stated gap, never a crashed turn
+        return {"backend": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def _stands_in_for(contexts: list[dict[str, Any]], planned: list[str], standby: str | None) -> bool:
+    """Whether the plan's standby runs: its one backend failed to query (not refused as unsafe,
+    not timed out: a refused write stays refused, and a slow source would only be waited on twice).
+    """
+    if standby is None or standby not in BACKENDS or len(planned) != 1 or len(contexts) != 1:
+        return False
+    error = str(contexts[0].get("error") or "")
+    return bool(error) and not error.startswith(UNSAFE) and not error.startswith("timed out")
+
+
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """One context per planned backend, stage by stage (each stage in parallel); errors become
-    gaps, never a crashed turn.
+    gaps, never a crashed turn. When a one-backend plan's query fails, the plan's standby (another
+    backend that writes its own query) answers the whole question; the failed context stays for the
+    trace, marked `replaced_by` when the standby answered.
     """
     ctx = ctx_of(runtime)
     question = user_text(state)
@@ -55,28 +79,36 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     refusals: list[str] = []
     given: list[Finding] = []
     ordered = stages(planned)
+
+    def call_for(name: str, text: str, feeds: bool) -> BackendCall:
+        usages[name] = Usage()
+        return BackendCall(question=text, today=ctx.today, profile=ctx.llm_backend, services=svc(ctx),
+                           usage=usages[name], top_k=ctx.docs_top_k, whole=question, given=tuple(given), feeds=feeds)
+
+    def collect(name: str, fut: Any) -> None:
+        contexts.append(_result(name, fut, ctx.backend_timeout_seconds))
+        if contexts[-1].get("error"):
+            errors.append(f"{name}: {contexts[-1]['error']}")
+            if str(contexts[-1]["error"]).startswith(UNSAFE):  # the read-only guard refused a query
+                refusals.append(f"{name}: {str(contexts[-1]['error'])[:200]}")
+        given.extend(findings(contexts[-1]))
+
     for i, stage in enumerate(ordered):
-        futures = {}
-        for name in stage:
-            usages[name] = Usage()
-            call = BackendCall(question=parts.get(name, question), today=ctx.today, profile=ctx.llm_backend,
-                               services=svc(ctx), usage=usages[name], top_k=ctx.docs_top_k, whole=question,
-                               given=tuple(given), feeds=i < len(ordered) - 1)
-            futures[name] = _POOL.submit(BACKENDS[name].run, call)
+        futures = {name: _POOL.submit(BACKENDS[name].run, call_for(name, parts.get(name, question),
+                                                                   i < len(ordered) - 1))
+                   for name in stage}
         for name, fut in futures.items():
-            try:
-                contexts.append(fut.result(timeout=ctx.backend_timeout_seconds))
-            except FutureTimeout:
-                contexts.append({"backend": name, "error": f"timed out after {ctx.backend_timeout_seconds:.0f} s"})
-            except Exception as exc:  # noqa: BLE001 - stated gap, never a crashed turn
-                contexts.append({"backend": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            if contexts[-1].get("error"):
-                errors.append(f"{name}: {contexts[-1]['error']}")
-                if str(contexts[-1]["error"]).startswith(UNSAFE):  # the read-only guard refused a query
-                    refusals.append(f"{name}: {str(contexts[-1]['error'])[:200]}")
-            given += findings(contexts[-1])
+            collect(name, fut)
+    standby = plan.get("standby")
+    extra: dict[str, Any] = {}
+    if _stands_in_for(contexts, planned, standby) and standby is not None:
+        collect(standby, _POOL.submit(BACKENDS[standby].run, call_for(standby, question, False)))
+        extra["standby"] = standby
+        if not contexts[-1].get("error"):  # else the planned backend's gap is still the one to tell
+            contexts[0]["replaced_by"] = standby
     total = Usage()
     for u in usages.values():
         total.merge(u)
-    extra: dict[str, Any] = {"refused": True, "refusal": "; ".join(refusals)} if refusals else {}
+    if refusals:
+        extra |= {"refused": True, "refusal": "; ".join(refusals)}
     return {"contexts": contexts, "turn": trace("retrieve", errors=errors, **extra, **total.trace())}

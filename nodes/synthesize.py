@@ -5,7 +5,7 @@ What the user reads is decided here, on every path (answered, nothing found, mod
   written the way the user's language writes them (`tools.backends.base.present_rows`), never a
   query or a `rows:` dump it could copy;
 - a backend that failed is named in one plain sentence (`source_gap`, policies/replies.yaml), and
-  only when it was part of the plan; its error stays in the trace;
+  only when it was part of the plan and no standby answered for it; its error stays in the trace;
 - `clean_answer` runs last on what the model wrote: it removes context labels and exception text
   that slipped through, citation tags of sources the answer did not use (or that do not exist),
   and a currency the context never showed.
@@ -228,7 +228,9 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     contexts = state.get("contexts", []) or []
     plan_backends: list[str] = list((state.get("plan") or {}).get("backends") or [])
     planned = set(plan_backends) or {str(c.get("backend")) for c in contexts}
-    failed = [str(c["backend"]) for c in contexts if c.get("error") and str(c.get("backend")) in planned]
+    # a failed backend another answered for (`replaced_by`, the plan's standby) is no gap to the user
+    failed = [str(c["backend"]) for c in contexts
+              if c.get("error") and str(c.get("backend")) in planned and not c.get("replaced_by")]
     gap = gap_sentence(failed, lang)
     answered = [c for c in contexts if not c.get("error")]
     with_material = [c for c in answered if c.get("rows") or c.get("items")]

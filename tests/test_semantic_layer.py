@@ -430,6 +430,32 @@ def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, to
     assert [f for f, _, _ in kept.filters] == ["expenses.expense_id"]  # the number in an id is not a year
 
 
+def test_a_date_value_in_the_users_words_reads_as_its_period(layer: SemanticLayer, tool: SQLTool,
+                                                              novaops: Path) -> None:
+    """The model copies "setembro de 2025" instead of the hinted period: the compiler refuses the
+    words, and the period they name gives the gold total. Words that name no period stay refused."""
+    question = "quanto foi gasto em hospedagem em setembro de 2025?"
+    filled = {"measures": ["expenses.sum_amount_usd"],
+              "filters": [{"field": "expenses.category", "op": "=", "value": "lodging"},
+                          {"field": "expenses.expense_date", "op": "=", "value": "setembro de 2025"}]}
+    with pytest.raises(SemanticQueryError, match="not a period"):
+        _answer(layer, tool, layer.parse(filled))
+    read, notes = layer.read_periods(layer.parse(filled), question, "2026-05-15")
+    assert read.filters[1] == ("expenses.expense_date", "=", "2025-09") and "2025-09" in notes[0]
+    gold = _rows(novaops, "SELECT SUM(amount_usd) FROM expenses WHERE category = 'lodging' "
+                          "AND expense_date >= '2025-09-01' AND expense_date < '2025-10-01'")
+    assert results_match(gold, _answer(layer, tool, read), strict=True)
+    between = {"measures": ["expenses.count"], "filters": [
+        {"field": "expenses.expense_date", "op": "between", "value": ["last month", "2026-05"]}]}
+    read, _ = layer.read_periods(layer.parse(between), "expenses from last month to May", "2026-05-15")
+    assert read.filters[0][2] == ["2026-04", "2026-05"]
+    vague = {"measures": ["expenses.count"],
+             "filters": [{"field": "expenses.expense_date", "op": "=", "value": "recently"},
+                         {"field": "expenses.category", "op": "=", "value": "march 2026"}]}
+    kept, notes = layer.read_periods(layer.parse(vague), "expenses filed recently", "2026-05-15")
+    assert kept.filters == layer.parse(vague).filters and notes == []  # no period named; a text column untouched
+
+
 @pytest.mark.parametrize(("question", "op", "value"), [
     ("quanto foi gasto em hardware em 2025?", "=", "2025"),
     ("hardware spend since March", ">=", "2026-03"),
@@ -1164,3 +1190,25 @@ def test_a_role_is_named_by_its_whole_phrase() -> None:
     assert not _says("the average approved meal expense".split(), "approved by")
     assert not _says("quem mais aprovou despesas".split(), "de quem")
     assert _says("quem aprovou mais".split(), "aprovou")
+
+
+def test_a_measure_moves_to_the_entity_the_filters_name_when_its_column_carries_the_word(
+        layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "Add up the budgets of the completed projects" filled as the sum of the budgets entity with a
+    filter on projects: budgets cannot reach projects, and the compiler refuses. The projects'
+    own budget column is the budget meant, and gives the gold; a filter on an entity with no such
+    column leaves the query as filled."""
+    filled = layer.parse({"measures": ["budgets.sum_amount_usd"],
+                          "filters": [{"field": "projects.status", "op": "=", "value": "completed"}]})
+    with pytest.raises(SemanticQueryError, match="not reachable"):
+        layer.plan(filled)
+    moved, notes = layer.rebase_measures(filled)
+    assert moved.measures == ["projects.sum_budget_usd"] and "not reachable" in notes[0]
+    gold = _rows(novaops, "SELECT SUM(budget_usd) FROM projects WHERE status = 'completed'")
+    assert results_match(gold, _answer(layer, tool, moved), strict=True)
+    other = layer.parse({"measures": ["budgets.sum_amount_usd"],
+                         "filters": [{"field": "incidents.severity", "op": "=", "value": "SEV1"}]})
+    assert layer.rebase_measures(other) == (other, [])  # incidents have no budget column
+    reachable = layer.parse({"measures": ["budgets.sum_amount_usd"],
+                             "filters": [{"field": "budgets.quarter", "op": "=", "value": "2026-Q1"}]})
+    assert layer.rebase_measures(reachable) == (reachable, [])

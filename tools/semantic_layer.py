@@ -845,6 +845,76 @@ class SemanticLayer:
                 out.append((name, op, kept if isinstance(value, list) else kept[0]))
         return out
 
+    def read_periods(self, q: QueryObject, question: str, today: str) -> tuple[QueryObject, list[str]]:
+        """Date filter values written in the user's words ("março de 2026", "last month") read as
+        the period they name, and say which (for the trace). Why: the small model copies the words
+        beside the period hint more often than the period; the words are the user's, so reading
+        them is the same calendar code that wrote the hint (`question_periods`), not a guess.
+        A value that names no single period is left for the compiler to refuse.
+        """
+        named = {fold(words): period for words, period in question_periods(question, today)}
+
+        def read(value: Any) -> Any:
+            text = str(value).strip()
+            if not isinstance(value, str) or _PERIOD.match(text) or _is_exact_timestamp(text):
+                return value
+            found = {p for _, p in question_periods(text, today)} or (
+                {named[fold(text)]} if fold(text) in named else set())
+            return found.pop() if len(found) == 1 else value
+
+        filters: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for f, op, v in q.filters:
+            new = [read(x) for x in v] if isinstance(v, list) else read(v)
+            if new != v and self._dated(f):
+                notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
+                v = new
+            filters.append((f, op, v))
+        if not notes:
+            return q, []
+        return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
+                           list(q.order), q.limit), notes
+
+    def rebase_measures(self, q: QueryObject) -> tuple[QueryObject, list[str]]:
+        """A measure over a column of one entity, in a query whose other fields name an entity its
+        joins do not reach, moves to that entity's measure of the same aggregation whose column
+        carries the first entity's name, and says so (for the trace).
+
+        Why: "add up the budgets of the planned projects" fills the sum of the `budgets` entity
+        (the word) with a filter on projects, which budgets cannot reach; the projects' own
+        `budget_usd` column is the budget meant. Only one such measure moves it: two, or none, leave
+        the query for the compiler to refuse.
+        """
+        bases = {m.split(".", 1)[0] for m in q.measures}
+        if len(bases) != 1 or (base := next(iter(bases))) not in self.spec.entities:
+            return q, []
+        reach = self._reach(base)
+        named = [n.split(".", 1)[0] for n in [*q.dimensions, *(f for f, _, _ in q.filters), *(f for f, _ in q.order),
+                                             *q.segments] if n not in self.measure_names]
+        foreign = {p for p in named if p in self.spec.entities and p != base and p not in reach}
+        if len(foreign) != 1:
+            return q, []
+        target = next(iter(foreign))
+        stem = fold(base).rstrip("s")
+        renamed: dict[str, str] = {}
+        for name in q.measures:
+            measure = self.spec.entities[base].measures.get(name.split(".", 1)[1])
+            if measure is None or measure.column is None:
+                return q, []
+            options = [f"{target}.{m}" for m, tm in self.spec.entities[target].measures.items()
+                       if tm.agg == measure.agg and tm.column and stem in fold(tm.column).split("_")]
+            if len(options) != 1:
+                return q, []
+            renamed[name] = options[0]
+        out = QueryObject(q.expressible, [renamed[m] for m in q.measures], list(q.dimensions), list(q.segments),
+                          list(q.filters), [(renamed.get(f, f), d) for f, d in q.order], q.limit)
+        try:
+            self.plan(out)
+        except SemanticQueryError:
+            return q, []
+        return out, [f"{old} measured on {target} as {new} ({target} is not reachable from {base}; its column "
+                     f"carries the word)" for old, new in renamed.items()]
+
     def _dated(self, name: str) -> bool:
         found = self._dimension(name)
         return found is not None and self.kind(found[1], found[2]) in ("date", "timestamp")
@@ -2178,8 +2248,10 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
+        q, periods = layer.read_periods(q, question, today)
+        q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
-        run.settled += settled
+        run.settled += [*periods, *rebased, *settled]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note

@@ -10,7 +10,9 @@ Optional hooks, looked up by name: `vocabulary(services)` (texts the planner mat
 a later stage reads), `warm(services, today, profile)` (the static prompt prefixes its LLM
 calls share, evaluated ahead of the first question by `tramita warm`), and
 `leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate);
-an attribute `aggregates = True` marks a backend that counts and sums over what another found.
+an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
+`stands_in = True` one that writes its own query over records, so it may answer a question another
+such backend failed to query (the plan's `standby`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ class GraphBackend:
     citation = "graph"
     planner_description = ("the graph: relationships such as who is on call, service dependencies direct or indirect, "
                            "downstream impact, management chains and reporting lines")
+    # writes its own query over records: may answer what the database failed to query (`Plan.standby`)
+    stands_in = True
 
     def available(self, services: Services) -> bool:
         """Whether the graph database opens."""

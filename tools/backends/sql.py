@@ -26,6 +26,8 @@ class SQLBackend:
                            "(amounts, dates, people, teams, owners)")
     # counts, sums and averages over a set another source found ("the expenses of everyone under X")
     aggregates = True
+    # writes its own query over records: may answer what the graph failed to query (`Plan.standby`)
+    stands_in = True
 
     def available(self, services: Services) -> bool:
         """Whether the read-only connection answers."""

@@ -362,6 +362,20 @@ class Route:
         ranked = [n for n, _ in self.matches[0].ranked] if self.matches else []
         return next((n for n in ranked if aggregates(n) and n not in chosen), None)
 
+    def standby(self, chosen: Sequence[str]) -> str | None:
+        """The backend that answers when a one-backend plan's query fails: the best-ranked other
+        backend that writes its own query over records, when the chosen one does too.
+
+        Why: the database and the graph hold many of the same records (incidents, services,
+        people), and a question near both is often matched to the one whose query the small model
+        then cannot write ("the most recent incident" as a Cypher path); the other one's query
+        answers it. Documents never stand in: passages near a failed query's question invite an
+        answer they do not hold.
+        """
+        if len(chosen) != 1 or not stands_in(chosen[0]) or not self.matches:
+            return None
+        return next((n for n, _ in self.matches[0].ranked if n not in chosen and stands_in(n)), None)
+
     def parts(self, chosen: Sequence[str]) -> dict[str, str]:
         """Which part of the question each chosen backend answers: the parts whose top source it is,
         in the question's order. Empty unless the question asks two or more things and their top
@@ -384,6 +398,11 @@ class Route:
 def aggregates(name: str) -> bool:
     """Whether backend `name` counts and sums over what another found (its `aggregates` attribute)."""
     return bool(getattr(BACKENDS.get(name), "aggregates", False))
+
+
+def stands_in(name: str) -> bool:
+    """Whether backend `name` writes its own query over records (its `stands_in` attribute)."""
+    return bool(getattr(BACKENDS.get(name), "stands_in", False))
 
 
 def hands_on(question: str, services: Services) -> list[str]:

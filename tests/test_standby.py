@@ -1,0 +1,137 @@
+"""A one-backend plan whose query fails is answered by its standby (`Route.standby`, `Plan.standby`).
+
+The database and the graph hold many of the same records; a question near both is sometimes matched
+to the one whose query the small model cannot write. The standby is the best-ranked other backend
+that writes its own query; documents never stand in, a query the guard refused is never retried
+elsewhere, and a gap the standby did not fill is still told to the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+import tramita.core.planner_hints as ph
+from graph.context import Context
+from tools.backends import BACKENDS
+from tools.backends.base import BackendCall
+from tools.services import Services
+from tramita.base.settings import Settings
+
+
+def _route(chosen: list[str], ranked: list[tuple[str, float]]) -> ph.Route:
+    whole = ph.Match("q", ranked, "clear", ranked[0][0], [ranked[0][0]])
+    return ph.Route("clear", chosen, chosen, [whole], "vocabulary match")
+
+
+def test_the_standby_is_the_best_other_backend_that_writes_its_own_query() -> None:
+    ranked = [("graph", 0.9), ("docs", 0.88), ("api", 0.87), ("sql", 0.85)]
+    assert _route(["graph"], ranked).standby(["graph"]) == "sql"  # documents and the API never stand in
+    assert _route(["sql"], [("sql", 0.9), ("graph", 0.8)]).standby(["sql"]) == "graph"
+    assert _route(["docs"], [("docs", 0.9), ("sql", 0.8)]).standby(["docs"]) is None  # passages don't fail a query
+    assert _route(["graph", "sql"], ranked).standby(["graph", "sql"]) is None  # a two-source plan has both already
+    assert _route(["graph"], [("graph", 0.9), ("docs", 0.8)]).standby(["graph"]) is None
+
+
+class _Source:
+    """A backend that answers with fixed rows or a fixed error, and records its calls."""
+
+    stands_in = True
+
+    def __init__(self, name: str, *, rows: list[dict[str, Any]] | None = None, error: str | None = None) -> None:
+        self.name, self.citation, self.planner_description = name, name, name
+        self.rows, self.error = rows or [], error
+        self.calls: list[BackendCall] = []
+
+    def available(self, services: Services) -> bool:
+        return True
+
+    def run(self, call: BackendCall) -> dict[str, Any]:
+        self.calls.append(call)
+        return {"backend": self.name, "rows": self.rows, "error": self.error}
+
+    def render(self, context: dict[str, Any]) -> str:
+        return f"[{self.name}]"
+
+
+def _retrieve(monkeypatch: pytest.MonkeyPatch, first: _Source, second: _Source, standby: str | None = "second"
+              ) -> dict[str, Any]:
+    from nodes.retrieve import retrieve
+
+    monkeypatch.setitem(BACKENDS, "first", first)
+    monkeypatch.setitem(BACKENDS, "second", second)
+    plan: dict[str, Any] = {"backends": ["first"], "parts": {"first": "a part"}}
+    if standby:
+        plan["standby"] = standby
+    state: Any = {"messages": [HumanMessage("the whole question")], "plan": plan}
+    return retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+
+
+def test_a_failed_query_is_answered_by_the_standby_with_the_whole_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _Source("first", error="CypherExecutionError: no such table")
+    second = _Source("second", rows=[{"n": 9}])
+    out = _retrieve(monkeypatch, first, second)
+    failed, answered = out["contexts"]
+    assert failed["replaced_by"] == "second" and answered["rows"] == [{"n": 9}]
+    assert [c.question for c in second.calls] == ["the whole question"]  # not the failed backend's part
+    assert out["turn"]["standby"] == "second" and out["turn"]["errors"] == ["first: CypherExecutionError: no such table"]
+
+
+@pytest.mark.parametrize("error", ["UnsafeCypherError: write clause CREATE", "timed out after 60 s"])
+def test_a_refused_or_slow_query_is_not_retried_elsewhere(error: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    second = _Source("second", rows=[{"n": 9}])
+    out = _retrieve(monkeypatch, _Source("first", error=error), second)
+    assert len(out["contexts"]) == 1 and not second.calls and "standby" not in out["turn"]
+
+
+def test_no_standby_runs_when_the_plan_answered_or_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    second = _Source("second", rows=[{"n": 9}])
+    assert len(_retrieve(monkeypatch, _Source("first", rows=[{"n": 1}]), second)["contexts"]) == 1
+    assert len(_retrieve(monkeypatch, _Source("first", error="boom"), second, standby=None)["contexts"]) == 1
+    assert not second.calls
+
+
+def test_a_standby_that_fails_too_leaves_the_planned_gap_to_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodes.synthesize import synthesize
+
+    out = _retrieve(monkeypatch, _Source("first", error="boom"), _Source("second", error="down"))
+    assert not any(c.get("replaced_by") for c in out["contexts"])
+    state: Any = {"messages": [HumanMessage("the whole question")], "plan": {"backends": ["first"]},
+                  "contexts": out["contexts"], "language": "en"}
+    said = synthesize(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    assert "first" in said["answer"]  # the planned source's gap sentence names it
+
+
+def test_a_gap_the_standby_filled_is_not_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodes.synthesize import synthesize
+
+    out = _retrieve(monkeypatch, _Source("first", error="boom"), _Source("second", rows=[]))
+    state: Any = {"messages": [HumanMessage("the whole question")], "plan": {"backends": ["first"]},
+                  "contexts": out["contexts"], "language": "en"}
+    said = synthesize(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    assert said["notices"] == [] and "first" not in said["answer"] and "second" in said["answer"]
+
+
+def test_a_graph_that_is_down_gets_the_databases_answer(novaops_settings: Settings, novaops: Path,
+                                                          tmp_path: Path) -> None:
+    """Real stores: the graph file is missing, the plan's standby (the database) answers with the
+    semantic layer's direct fill (no model call) and the gold count."""
+    import sqlite3
+
+    from nodes.retrieve import retrieve
+
+    broken = dataclasses.replace(novaops_settings, graph_url=f"ladybug://{tmp_path / 'missing.lbug'}")
+    state: Any = {"messages": [HumanMessage("How many tickets were opened in ISO week 2026-W20?")],
+                  "plan": {"backends": ["graph"], "standby": "sql"}}
+    out = retrieve(state, SimpleNamespace(context=Context(services=Services(broken), today="2026-05-15")))  # type: ignore[arg-type]
+    graph, sql = out["contexts"]
+    with sqlite3.connect(novaops) as db:
+        (gold,), = db.execute("SELECT COUNT(*) FROM tickets WHERE created_at >= '2026-05-11' "
+                              "AND created_at < '2026-05-18'").fetchall()
+    assert graph["error"] and graph["replaced_by"] == "sql"
+    assert sql["path"] == "semantic:direct" and [tuple(r.values()) for r in sql["rows"]] == [(gold,)], sql
