@@ -323,3 +323,33 @@ def test_the_graph_says_when_it_answers_the_relation_but_not_the_aggregate(novao
                      "What's the average approval limit across the company?"):  # no relation it can fill
         assert not graph.leaves_aggregate(novaops_services, question), question
     assert ph.hands_on("q", SimpleNamespace()) == []  # no stores: no hint, no error
+
+
+def test_a_backend_the_question_names_nothing_of_is_no_candidate(planner: BagOfWords,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vocabularies say sql; the database's hook says the question names nothing it holds, so
+    the plan is another backend. When every backend is silent, the ranking stays as it was (a plan
+    is never empty)."""
+    assert ph.silent("q", SimpleNamespace()) == set()  # no stores: hooks fail, nobody is silent
+    question = "quantas despesas pendentes por categoria"
+    before = ph.route(question, SimpleNamespace())
+    assert before.matches[0].ranked[0][0] == "sql"
+    monkeypatch.setattr(ph, "silent", lambda _t, _s: {"sql"})
+    after = ph.route(question, SimpleNamespace())
+    assert "sql" not in [n for n, _ in after.matches[0].ranked] and "sql" not in (after.chosen or after.candidates)
+    monkeypatch.setattr(ph, "silent", lambda _t, _s: set(BACKENDS))
+    assert ph.route(question, SimpleNamespace()).matches[0].ranked == before.matches[0].ranked
+
+
+def test_the_database_and_the_graph_say_when_a_question_names_nothing_they_hold(novaops_services: Any) -> None:
+    """The real hooks: the semantic model's words and the value index (sql); the gazetteer, ids,
+    weeks and the patterns' floor with e5 (graph). A question about a rule names neither."""
+    sql, graph = BACKENDS["sql"], BACKENDS["graph"]
+    for rule in ("How many vacation days carry over into the next year?",
+                 "How long may a bike courier invoice stay unpaid?"):
+        assert sql.names_nothing(novaops_services, rule) and graph.names_nothing(novaops_services, rule), rule
+    assert not sql.names_nothing(novaops_services, "Who was hired during 2024?")  # a declared word of a column
+    assert not sql.names_nothing(novaops_services, "Quantos incidentes o auth-service teve?")  # a stored value
+    for about_the_graph in ("Who is on call in 2026-W30?", "A quem o Gonçalo Pereira responde?",
+                            "Which services depend on ledger-service?"):
+        assert not graph.names_nothing(novaops_services, about_the_graph), about_the_graph

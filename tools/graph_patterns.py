@@ -986,6 +986,18 @@ class PatternEngine:
             attempt.clause = _anchor(question, gazetteer, self.patterns, attempt.params)
         return attempt
 
+    def names_nothing(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
+        """Whether the question names no entity, id or week the graph holds and no pattern comes
+        near it (below the patterns' floor): the graph has nothing to say about it. No LLM call.
+        """
+        gazetteer = self.gazetteer(engine, tool)
+        if find_mentions(question, gazetteer, _id_params(self.patterns)):
+            return False
+        weekly = any(isinstance(p, WeekParam) for pat in self.patterns.patterns for p in pat.parameters)
+        if weekly and _weeks(question, date.today(), self.patterns.vocabulary, raw=question):
+            return False
+        return self.rank(question, gazetteer).decision == "none"
+
     def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
         """Whether the question asks for an aggregate the patterns do not count (a total, an
         average, a count of other things) over a relation a pattern matches clearly and fills from

@@ -1719,6 +1719,24 @@ class SemanticLayer:
                     return out, [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
         return q, []
 
+    def names_anything(self, question: str, value_hits: Iterable[tuple[str, str, str]]) -> bool:
+        """Whether the question names anything the model holds: a stored value of its columns, or
+        an entity, member, segment or value by its declared words. A period alone names nothing:
+        every question can say a year.
+        """
+        if self.names_values(value_hits):
+            return True
+        text = " " + " ".join(fold(question).split()) + " "
+        for ename, ent in self.spec.entities.items():
+            words = [ename, *ent.synonyms, *(w for d in ent.dimensions.values() for w in d.synonyms),
+                     *(w for d in ent.dimensions.values() for stored, syns in d.values.items() for w in [stored, *syns]),
+                     *(w for m in ent.measures.values() for w in m.synonyms),
+                     *(w for g in ent.segments.values() for w in g.synonyms),
+                     *(w for j in ent.joins.values() for w in j.synonyms)]
+            if any(_has(text, w) for w in words):
+                return True
+        return False
+
     def hints(self, question: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> list[str]:
         """What the question's words point at: stored values (from the database's value index),
         the model's value, member, segment and entity synonyms, and calendar periods.

@@ -9,7 +9,8 @@ Optional hooks, looked up by name: `vocabulary(services)` (texts the planner mat
 `evidence(services, text)` (how close the backend's own content comes), `findings(context)` (what
 a later stage reads), `warm(services, today, profile)` (the static prompt prefixes its LLM
 calls share, evaluated ahead of the first question by `tramita warm`), and
-`leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate);
+`leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate),
+`names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it);
 an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
 `stands_in = True` one that writes its own query over records, so it may answer a question another
 such backend failed to query (the plan's `standby`).

@@ -85,6 +85,17 @@ class GraphBackend:
             sql = None
         return PatternEngine.for_file(path).leaves_aggregate(question, engine=sql, tool=services.graph_tool)
 
+    def names_nothing(self, services: Services, text: str) -> bool:
+        """Whether `text` names no node the graph holds and comes near no named pattern
+        (`PatternEngine.names_nothing`); without a patterns file, nothing is known: False.
+        """
+        from tools.graph_patterns import PatternEngine
+
+        path = services.settings.graph_patterns_file()
+        if not path.exists():
+            return False
+        return PatternEngine.for_file(path).names_nothing(text, engine=services.engine, tool=services.graph_tool)
+
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The rows' text columns: the set a later backend's part of the question is about."""
         return row_findings(context)

@@ -72,6 +72,20 @@ class SQLBackend:
         return {"semantic_query": warm_semantic(services.sql_tool, services.settings.semantic_model_file(),
                                                 backend=profile)}
 
+    def names_nothing(self, services: Services, text: str) -> bool:
+        """Whether `text` names nothing the semantic model holds (no entity, member, segment or
+        value by its words, no stored value). Why: the small model fills a query for any question,
+        and "how many days a year may I work abroad" came back as the employees hired per year.
+        """
+        from tools.semantic_layer import layer_for
+        from tools.sql_schema import load_schema
+        from tools.sql_values import value_index
+
+        tool = services.sql_tool
+        layer = layer_for(services.settings.semantic_model_file(), tool)
+        index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
+        return not layer.names_anything(text, [(h.table, h.column, h.value) for h in index.match(text)])
+
     def vocabulary(self, services: Services) -> list[str]:
         """What the database holds, in the semantic model's words (the planner embeds these)."""
         from tools.backends.vocabulary import semantic_model_vocabulary

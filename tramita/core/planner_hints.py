@@ -14,6 +14,10 @@ backends:
 - the top backend beats the runner-up by `margin` → chosen, no LLM call; a question that asks two
   things ("… ? E quanto …") is also matched part by part, each clear part adding its winner (and,
   when a part is close, each part's top source is the plan without the LLM: `Route.best`);
+- a backend whose `names_nothing` hook says the text names nothing it holds (the database: no
+  entity, member or value of the semantic model; the graph: no node, id or week, and no pattern
+  above the patterns' floor) is no candidate for that text: the small model fills a query for any
+  question, and a rule asked of the database came back as an unrelated count;
 - a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
   and the words the document titles share) reaches the documents;
 - nothing clear → `Route.decision` is "close" (the LLM chooses among the backends within the
@@ -422,6 +426,24 @@ def hands_on(question: str, services: Services) -> list[str]:
     return out
 
 
+def silent(text: str, services: Services) -> set[str]:
+    """The backends whose `names_nothing(services, text)` hook says `text` names nothing they hold
+    (a failing hook says nothing). Such a backend is not a candidate for `text`: its query would
+    answer another question.
+    """
+    out: set[str] = set()
+    for name, backend in BACKENDS.items():
+        hook: Callable[[Services, str], bool] | None = getattr(backend, "names_nothing", None)
+        if hook is None:
+            continue
+        try:
+            if hook(services, text):
+                out.add(name)
+        except Exception as exc:  # noqa: BLE001 - no hint: the vocabulary match still plans
+            log.debug("planner: %s names_nothing unavailable: %s", name, exc)
+    return out
+
+
 def evidence(text: str, services: Services) -> dict[str, float]:
     """Each backend's `evidence(services, text)`: how close its own content comes to `text` (the
     documents: the best passage). A backend without the hook, or whose store fails, gives none.
@@ -482,7 +504,10 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     for text in texts:
         vector = model.embed_query(index.masker.mask(text))
         found = evidence(text, services) if m.evidence_offset is not None else {}
-        matches.append(_decide(text, _scores(index, vector, index.masker.words(text, index.stop), m, found), m))
+        ranked = _scores(index, vector, index.masker.words(text, index.stop), m, found)
+        quiet = silent(text, services)
+        ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
+        matches.append(_decide(text, ranked, m))
     names = list(index.index.names)
     relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
