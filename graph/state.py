@@ -81,7 +81,7 @@ class Plan(TypedDict, total=False):
     backends: list[str]
     reason: str
     parts: dict[str, str]  # backend -> the part of the question it answers (absent: the whole question)
-    standby: str  # runs when the one planned backend's query fails (`Route.standby`); absent: none
+    standby: str  # answers a planned backend's part when its query fails (`Route.standby`); absent: none
 
 
 class TurnTrace(TypedDict, total=False):
@@ -108,7 +108,7 @@ class TurnTrace(TypedDict, total=False):
     plan_match: dict[str, Any]
     # synthesis removed something from the model's answer (a label, exception text, a citation)
     sanitised: bool
-    # the backend that answered after the one planned backend's query failed (`Plan.standby`)
+    # the backend that answered after a planned backend's query failed (`Plan.standby`)
     standby: str
 
 

@@ -5,9 +5,9 @@ database): a later backend gets what the earlier ones found (`Finding`), so a qu
 part is about the first part's answer is answered in that order. A backend answers its own part of
 the question when the planner split it (`Plan.parts`). A backend that fails, times out or is
 unavailable leaves a stated gap (a context entry with its error) instead of failing the turn;
-synthesis decides whether the user needs to hear about it. When the one planned backend fails to
-query, the plan's standby (the best-matched other backend that writes its own query) answers the
-whole question instead: the database and the graph hold many of the same records.
+synthesis decides whether the user needs to hear about it. When a planned backend fails to query,
+the plan's standby (the best-matched unplanned backend that writes its own query) answers its part
+instead: the database and the graph hold many of the same records.
 """
 
 from __future__ import annotations
@@ -52,21 +52,25 @@ def _result(name: str, fut: Any, timeout: float) -> dict[str, Any]:
         return {"backend": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
-def _stands_in_for(contexts: list[dict[str, Any]], planned: list[str], standby: str | None) -> bool:
-    """Whether the plan's standby runs: its one backend failed to query (not refused as unsafe,
-    not timed out: a refused write stays refused, and a slow source would only be waited on twice).
+def _failed_query(contexts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first context of a backend that writes its own query and failed to query (not refused
+    as unsafe, not timed out: a refused write stays refused, and a slow source would only be waited
+    on twice); None when every such backend answered.
     """
-    if standby is None or standby not in BACKENDS or len(planned) != 1 or len(contexts) != 1:
-        return False
-    error = str(contexts[0].get("error") or "")
-    return bool(error) and not error.startswith(UNSAFE) and not error.startswith("timed out")
+    for c in contexts:
+        error = str(c.get("error") or "")
+        if (error and getattr(BACKENDS.get(str(c.get("backend"))), "stands_in", False)
+                and not error.startswith(UNSAFE) and not error.startswith("timed out")):
+            return c
+    return None
 
 
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """One context per planned backend, stage by stage (each stage in parallel); errors become
-    gaps, never a crashed turn. When a one-backend plan's query fails, the plan's standby (another
-    backend that writes its own query) answers the whole question; the failed context stays for the
-    trace, marked `replaced_by` when the standby answered.
+    gaps, never a crashed turn. When a planned backend that writes its own query fails to query,
+    the plan's standby (the best-matched unplanned one that does too) answers that backend's part
+    with what the stages found; the failed context stays for the trace, marked `replaced_by` when
+    the standby answered.
     """
     ctx = ctx_of(runtime)
     question = user_text(state)
@@ -101,11 +105,13 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
             collect(name, fut)
     standby = plan.get("standby")
     extra: dict[str, Any] = {}
-    if _stands_in_for(contexts, planned, standby) and standby is not None:
-        collect(standby, _POOL.submit(BACKENDS[standby].run, call_for(standby, question, False)))
+    failed = _failed_query(contexts) if standby in BACKENDS and standby not in planned else None
+    if failed is not None and standby is not None:
+        text = parts.get(str(failed["backend"]), question)  # the failed backend's part, with what was found
+        collect(standby, _POOL.submit(BACKENDS[standby].run, call_for(standby, text, False)))
         extra["standby"] = standby
         if not contexts[-1].get("error"):  # else the planned backend's gap is still the one to tell
-            contexts[0]["replaced_by"] = standby
+            failed["replaced_by"] = standby
     total = Usage()
     for u in usages.values():
         total.merge(u)

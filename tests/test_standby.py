@@ -1,4 +1,4 @@
-"""A one-backend plan whose query fails is answered by its standby (`Route.standby`, `Plan.standby`).
+"""A planned backend whose query fails is answered for by the plan's standby (`Route.standby`, `Plan.standby`).
 
 The database and the graph hold many of the same records; a question near both is sometimes matched
 to the one whose query the small model cannot write. The standby is the best-ranked other backend
@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 import tramita.core.planner_hints as ph
 from graph.context import Context
 from tools.backends import BACKENDS
-from tools.backends.base import BackendCall
+from tools.backends.base import BackendCall, Finding, row_findings
 from tools.services import Services
 from tramita.base.settings import Settings
 
@@ -34,7 +34,8 @@ def test_the_standby_is_the_best_other_backend_that_writes_its_own_query() -> No
     assert _route(["graph"], ranked).standby(["graph"]) == "sql"  # documents and the API never stand in
     assert _route(["sql"], [("sql", 0.9), ("graph", 0.8)]).standby(["sql"]) == "graph"
     assert _route(["docs"], [("docs", 0.9), ("sql", 0.8)]).standby(["docs"]) is None  # passages don't fail a query
-    assert _route(["graph", "sql"], ranked).standby(["graph", "sql"]) is None  # a two-source plan has both already
+    assert _route(["graph", "sql"], ranked).standby(["graph", "sql"]) is None  # both query writers planned already
+    assert _route(["docs", "graph"], ranked).standby(["docs", "graph"]) == "sql"
     assert _route(["graph"], [("graph", 0.9), ("docs", 0.8)]).standby(["graph"]) is None
 
 
@@ -58,6 +59,9 @@ class _Source:
     def render(self, context: dict[str, Any]) -> str:
         return f"[{self.name}]"
 
+    def findings(self, context: dict[str, Any]) -> list[Finding]:
+        return row_findings(context)
+
 
 def _retrieve(monkeypatch: pytest.MonkeyPatch, first: _Source, second: _Source, standby: str | None = "second"
               ) -> dict[str, Any]:
@@ -72,13 +76,13 @@ def _retrieve(monkeypatch: pytest.MonkeyPatch, first: _Source, second: _Source, 
     return retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
 
 
-def test_a_failed_query_is_answered_by_the_standby_with_the_whole_question(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_query_is_answered_by_the_standby_with_the_failed_part(monkeypatch: pytest.MonkeyPatch) -> None:
     first = _Source("first", error="CypherExecutionError: no such table")
     second = _Source("second", rows=[{"n": 9}])
     out = _retrieve(monkeypatch, first, second)
     failed, answered = out["contexts"]
     assert failed["replaced_by"] == "second" and answered["rows"] == [{"n": 9}]
-    assert [c.question for c in second.calls] == ["the whole question"]  # not the failed backend's part
+    assert [c.question for c in second.calls] == ["a part"]  # what the failed backend was asked
     assert out["turn"]["standby"] == "second" and out["turn"]["errors"] == ["first: CypherExecutionError: no such table"]
 
 
@@ -135,3 +139,34 @@ def test_a_graph_that_is_down_gets_the_databases_answer(novaops_settings: Settin
                               "AND created_at < '2026-05-18'").fetchall()
     assert graph["error"] and graph["replaced_by"] == "sql"
     assert sql["path"] == "semantic:direct" and [tuple(r.values()) for r in sql["rows"]] == [(gold,)], sql
+
+
+def test_in_a_two_stage_plan_the_standby_answers_the_failed_part_with_what_was_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Documents name a person, the graph's query for "how many report to her" fails: the standby
+    answers that part, not the whole question, and reads what the documents found."""
+    from nodes.retrieve import retrieve
+
+    docs = _Source("docs_like", rows=[{"person": "Someone"}])
+    docs.stands_in = False  # type: ignore[misc]
+    graph = _Source("first", error="CypherExecutionError: bad property")
+    sql = _Source("second", rows=[{"n": 4}])
+    for name, b in (("docs_like", docs), ("first", graph), ("second", sql)):
+        monkeypatch.setitem(BACKENDS, name, b)
+    f = ph._file().model_copy(update={"chain": ["docs_like", "first", "second"]})
+    monkeypatch.setattr(ph, "_file", lambda: f)
+    state: Any = {"messages": [HumanMessage("who is X, and how many report to her?")],
+                  "plan": {"backends": ["docs_like", "first"], "standby": "second",
+                           "parts": {"docs_like": "who is X", "first": "how many report to her"}}}
+    out = retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    assert [c["backend"] for c in out["contexts"]] == ["docs_like", "first", "second"]
+    (call,) = sql.calls
+    assert call.question == "how many report to her" and call.given[0].values == ("Someone",)
+    assert out["contexts"][1]["replaced_by"] == "second"
+    docs_failed = _Source("docs_like", error="store down")
+    docs_failed.stands_in = False  # type: ignore[misc]
+    monkeypatch.setitem(BACKENDS, "docs_like", docs_failed)
+    monkeypatch.setitem(BACKENDS, "first", _Source("first", rows=[{"n": 1}]))
+    sql.calls.clear()
+    retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    assert not sql.calls  # a failed passage search is not a query another backend could write

@@ -367,8 +367,8 @@ class Route:
         return next((n for n in ranked if aggregates(n) and n not in chosen), None)
 
     def standby(self, chosen: Sequence[str]) -> str | None:
-        """The backend that answers when a one-backend plan's query fails: the best-ranked other
-        backend that writes its own query over records, when the chosen one does too.
+        """The backend that answers in place of a planned one whose query fails: the best-ranked
+        unplanned backend that writes its own query over records, when a planned one does too.
 
         Why: the database and the graph hold many of the same records (incidents, services,
         people), and a question near both is often matched to the one whose query the small model
@@ -376,7 +376,7 @@ class Route:
         answers it. Documents never stand in: passages near a failed query's question invite an
         answer they do not hold.
         """
-        if len(chosen) != 1 or not stands_in(chosen[0]) or not self.matches:
+        if not any(stands_in(n) for n in chosen) or not self.matches:
             return None
         return next((n for n, _ in self.matches[0].ranked if n not in chosen and stands_in(n)), None)
 
