@@ -409,39 +409,35 @@ def stands_in(name: str) -> bool:
     return bool(getattr(BACKENDS.get(name), "stands_in", False))
 
 
-def hands_on(question: str, services: Services) -> list[str]:
-    """The backends whose `leaves_aggregate(services, question)` hook says they answer the
-    question's relation but not its aggregate (a failing hook says nothing).
+def _saying(hook_name: str, services: Services, text: str) -> list[str]:
+    """The backends whose boolean hook `hook_name(services, text)` says yes (a failing hook says
+    nothing: the vocabulary match still plans).
     """
     out: list[str] = []
     for name, backend in BACKENDS.items():
-        hook: Callable[[Services, str], bool] | None = getattr(backend, "leaves_aggregate", None)
-        if hook is None:
-            continue
-        try:
-            if hook(services, question):
-                out.append(name)
-        except Exception as exc:  # noqa: BLE001 - no hint: the vocabulary match still plans
-            log.debug("planner: %s leaves_aggregate unavailable: %s", name, exc)
-    return out
-
-
-def silent(text: str, services: Services) -> set[str]:
-    """The backends whose `names_nothing(services, text)` hook says `text` names nothing they hold
-    (a failing hook says nothing). Such a backend is not a candidate for `text`: its query would
-    answer another question.
-    """
-    out: set[str] = set()
-    for name, backend in BACKENDS.items():
-        hook: Callable[[Services, str], bool] | None = getattr(backend, "names_nothing", None)
+        hook: Callable[[Services, str], bool] | None = getattr(backend, hook_name, None)
         if hook is None:
             continue
         try:
             if hook(services, text):
-                out.add(name)
-        except Exception as exc:  # noqa: BLE001 - no hint: the vocabulary match still plans
-            log.debug("planner: %s names_nothing unavailable: %s", name, exc)
+                out.append(name)
+        except Exception as exc:  # noqa: BLE001 - no hint
+            log.debug("planner: %s %s unavailable: %s", name, hook_name, exc)
     return out
+
+
+def hands_on(question: str, services: Services) -> list[str]:
+    """The backends whose `leaves_aggregate(services, question)` hook says they answer the
+    question's relation but not its aggregate.
+    """
+    return _saying("leaves_aggregate", services, question)
+
+
+def silent(text: str, services: Services) -> set[str]:
+    """The backends whose `names_nothing(services, text)` hook says `text` names nothing they hold.
+    Such a backend is not a candidate for `text`: its query would answer another question.
+    """
+    return set(_saying("names_nothing", services, text))
 
 
 def evidence(text: str, services: Services) -> dict[str, float]:
