@@ -28,6 +28,9 @@ from tramita.core.planner_hints import stages
 
 _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="retrieve")
 UNSAFE = ("UnsafeSQLError", "UnsafeCypherError", "SSRF_REFUSED")
+# a query the store ran and rejected (a wrong table, property or syntax): another store's query may
+# answer; a store that is down or a model that fails is a gap to tell, not a reason to ask elsewhere
+QUERY_FAILED = ("CypherExecutionError", "SQLExecutionError")
 
 
 def findings(context: dict[str, Any]) -> list[Finding]:
@@ -53,14 +56,14 @@ def _result(name: str, fut: Any, timeout: float) -> dict[str, Any]:
 
 
 def _failed_query(contexts: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first context of a backend that writes its own query and failed to query (not refused
-    as unsafe, not timed out: a refused write stays refused, and a slow source would only be waited
-    on twice); None when every such backend answered.
+    """The first context of a backend that writes its own query and whose store rejected it
+    (`QUERY_FAILED`); None when every such backend answered. Not a query refused as unsafe (it
+    stays refused), a timeout (it would be waited on twice), a store that is down or a model that
+    fails: the other store would answer a question about data it does not hold.
     """
     for c in contexts:
         error = str(c.get("error") or "")
-        if (error and getattr(BACKENDS.get(str(c.get("backend"))), "stands_in", False)
-                and not error.startswith(UNSAFE) and not error.startswith("timed out")):
+        if error.startswith(QUERY_FAILED) and getattr(BACKENDS.get(str(c.get("backend"))), "stands_in", False):
             return c
     return None
 
