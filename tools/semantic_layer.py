@@ -865,8 +865,8 @@ class SemanticLayer:
         filters: list[tuple[str, str, Any]] = []
         notes: list[str] = []
         for f, op, v in q.filters:
-            new = [read(x) for x in v] if isinstance(v, list) else read(v)
-            if new != v and self._dated(f):
+            new = ([read(x) for x in v] if isinstance(v, list) else read(v)) if self._dated(f) else v
+            if new != v:
                 notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
                 v = new
             filters.append((f, op, v))
@@ -1727,15 +1727,21 @@ class SemanticLayer:
         if self.names_values(value_hits):
             return True
         text = " " + " ".join(fold(question).split()) + " "
+        return any(_has(text, w) for w in self._declared_phrases)
+
+    @cached_property
+    def _declared_phrases(self) -> list[str]:
+        """Every word the model declares for what it holds: entity names and synonyms, and the
+        synonyms of its dimensions, values, measures, segments and joins (read once per model).
+        """
+        out: list[str] = []
         for ename, ent in self.spec.entities.items():
-            words = [ename, *ent.synonyms, *(w for d in ent.dimensions.values() for w in d.synonyms),
-                     *(w for d in ent.dimensions.values() for stored, syns in d.values.items() for w in [stored, *syns]),
-                     *(w for m in ent.measures.values() for w in m.synonyms),
-                     *(w for g in ent.segments.values() for w in g.synonyms),
-                     *(w for j in ent.joins.values() for w in j.synonyms)]
-            if any(_has(text, w) for w in words):
-                return True
-        return False
+            out += [ename, *ent.synonyms, *(w for d in ent.dimensions.values() for w in d.synonyms),
+                    *(w for d in ent.dimensions.values() for w in _declared_words(d)),
+                    *(w for m in ent.measures.values() for w in m.synonyms),
+                    *(w for g in ent.segments.values() for w in g.synonyms),
+                    *(w for j in ent.joins.values() for w in j.synonyms)]
+        return list(dict.fromkeys(out))
 
     def hints(self, question: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> list[str]:
         """What the question's words point at: stored values (from the database's value index),
