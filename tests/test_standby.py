@@ -132,7 +132,7 @@ def test_a_graph_that_is_down_is_a_gap_not_a_question_for_the_database(novaops_s
     from nodes.synthesize import gap_sentence
 
     broken = dataclasses.replace(novaops_settings, graph_url=f"ladybug://{tmp_path / 'missing.lbug'}")
-    question = "Who is on call for ledger-service in 2026-W30?"
+    question = "Who covers search-service on call in 2026-W30?"
     state: Any = {"messages": [HumanMessage(question)], "plan": {"backends": ["graph"], "standby": "sql"}}
     ctx = Context(services=Services(broken), today="2026-05-15")
     out = retrieve(state, SimpleNamespace(context=ctx))  # type: ignore[arg-type]
