@@ -9,7 +9,14 @@ import pytest
 
 from tools.backends import BACKENDS
 from tools.backends.base import BackendCall
-from tools.backends.docs import PASSAGE_GAP, search, search_ranked, shown_items
+from tools.backends.docs import (
+    PASSAGE_GAP,
+    named_document,
+    search,
+    search_ranked,
+    shown_items,
+    with_asked_section,
+)
 from tools.llm import Usage
 
 
@@ -30,7 +37,10 @@ def test_the_backend_retrieves_all_and_synthesis_reads_the_close_ones(novaops_se
     assert [(it["source"], it["text"]) for it in items] == [(d, p) for d, p, _ in search(
         novaops_services.doc_store, question, 5)]
     best = max(it["score"] for it in items)
-    assert all(it["gap"] == pytest.approx(best - it["score"], abs=1e-3) for it in items)
+    # each passage's gap is its distance below the best, except the one section read because its
+    # heading is what the question asks about (`with_asked_section`: gap 0, one at most)
+    off = [it for it in items if it["gap"] != pytest.approx(best - it["score"], abs=1e-3)]
+    assert len(off) <= 1 and all(it["gap"] == 0.0 for it in off), off
     shown = shown_items(items)
     assert 1 <= len(shown) < len(items), [(it["source"], it["gap"]) for it in items]
     rendered = BACKENDS["docs"].render(out)
@@ -45,3 +55,41 @@ def test_each_part_of_a_two_part_question_keeps_its_own_best_passage(novaops_ser
     for part in (first, second):
         top = store.retrieve_docs(part, 5, passages=3)[0]
         assert any(p == top[1] and g == 0.0 for _, p, _, g in hits), part
+
+
+def test_a_record_code_names_one_document_only_by_its_title() -> None:
+    titles = {"doc-a": "Postmortem ABC-101: queue backlog", "doc-b": "Postmortem ABC-102: disk full",
+              "doc-c": "Runbook: queue (see ABC-101)", "doc-d": "Travel policy (POL-009)"}
+    assert named_document(titles, "what caused ABC-102?") == "doc-b"
+    assert named_document(titles, "o que diz a pol-009 sobre hotel?") == "doc-d"  # case does not matter
+    assert named_document(titles, "what caused ABC-101?") is None  # two titles carry it: no single subject
+    assert named_document(titles, "what caused ABC-1021?") is None  # a longer code is another record
+    assert named_document(titles, "what caused the disk to fill up?") is None
+
+
+def test_a_document_the_question_names_by_code_comes_first_with_the_section_asked(novaops_services: Any) -> None:
+    store = novaops_services.doc_store
+    question = "Quais foram os fatores contribuintes do INC-2063?"
+    # the words alone rank the Portuguese postmortems above the English one the code names
+    assert store.retrieve_docs(question, 5)[0][0] != "doc-pm-inc-2063"
+    hits = search_ranked(store, question, 5)
+    assert hits[0][0] == "doc-pm-inc-2063"
+    shown = [p for d, p, _, g in hits if d == "doc-pm-inc-2063" and g <= PASSAGE_GAP]
+    assert any("Contributing factors" in p for p in shown), shown
+    assert len({d for d, *_ in hits}) <= 5
+
+
+def test_the_section_a_question_asks_for_is_read_beside_the_best_passage(novaops_services: Any) -> None:
+    store = novaops_services.doc_store
+    question = "What went wrong with the payments-api pool in INC-2034?"
+    ranked = store.retrieve_docs(question, 5, passages=3)
+    best = ranked[0][1]
+    assert "Causa raiz" not in best  # the words match the timeline best; the cause is a heading away
+    hits = search_ranked(store, question, 5)
+    assert hits[0][1] == best
+    cause = [(p, g) for d, p, _, g in hits if d == "doc-pm-inc-2034" and "— Causa raiz" in p]
+    assert cause and cause[0][1] == 0.0, [(d, p[:60], g) for d, p, _, g in hits]
+    # a question in two parts that names no code has no single subject: its ranking is kept as found
+    found = [(d, p, s, 0.0) for d, p, s in ranked]
+    assert with_asked_section(store, "what went wrong with the pool?", found, 5, whole=False) == found
+    assert with_asked_section(store, "what went wrong with the pool?", found, 5, whole=True) != found

@@ -237,6 +237,23 @@ class DocStore:
             hits.update(self._hits_for(collection, missing, vector))
         return [hits[cid] for cid in fused if cid in hits][:n]
 
+    def titles(self) -> dict[str, str]:
+        """doc_id → title of every stored document (the loader writes both on each chunk)."""
+        metas = self.collection().get(include=["metadatas"])["metadatas"] or []
+        return {str(m["doc_id"]): str(m.get("title") or "") for m in metas if m and "doc_id" in m}
+
+    def chunks_of(self, query: str, doc_id: str) -> list[Hit]:
+        """Every chunk of one document with its cosine similarity to `query`, in document order:
+        what a reader of that document sees, for picking the section a question asks about.
+        """
+        self._check(query, 1)
+        collection = self.collection()
+        ids = collection.get(where={"doc_id": doc_id}, include=[])["ids"]
+        if not ids:
+            return []
+        hits = self._hits_for(collection, list(ids), self._embed_query(query))
+        return sorted(hits.values(), key=lambda h: int(h.metadata.get("chunk_index", 0)))
+
     # -- helpers ----------------------------------------------------------------------------
 
     @staticmethod

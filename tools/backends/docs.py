@@ -160,7 +160,7 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
             best = max(score for _, _, score in found)
             runs.append([(d, p, score, best - score) for d, p, score in found])
     if len(texts) == 1:
-        return runs[0] if runs else []
+        return with_asked_section(store, question, runs[0] if runs else [], top_k, whole=True)
     chosen: dict[str, tuple[str, str, float, float]] = {}
     for rank in range(top_k):
         for run in runs:
@@ -173,5 +173,74 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
         for h in run:
             if h[1] not in seen and (h[1] not in extra or h[3] < extra[h[1]][3]):
                 extra[h[1]] = h  # a passage two searches found keeps its smaller gap
-    return [*chosen.values(), *sorted(extra.values(), key=lambda h: -h[2])[:passages]]
+    return with_asked_section(store, question,
+                              [*chosen.values(), *sorted(extra.values(), key=lambda h: -h[2])[:passages]], top_k,
+                              whole=False)
+
+
+# A record code as documents title themselves by it ("Postmortem INC-2047", "(POL-004)").
+_CODE = re.compile(r"(?<![\w-])[A-Za-z]{2,6}-\d{2,6}(?![\w-])")
+_HEADING_VECTORS: dict[str, list[float]] = {}
+
+
+def named_document(titles: dict[str, str], question: str) -> str | None:
+    """The one document whose title carries a record code the question names, if exactly one
+    does: "a causa raiz do INC-2047" is about the INC-2047 postmortem, however well another
+    postmortem's "Causa raiz" section matches the words.
+    """
+    codes = {c.casefold() for c in _CODE.findall(question)}
+    if not codes:
+        return None
+    named = [d for d, title in titles.items() if codes & {c.casefold() for c in _CODE.findall(title)}]
+    return named[0] if len(named) == 1 else None
+
+
+def with_asked_section(store: DocStore, question: str, found: list[tuple[str, str, float, float]], top_k: int,
+                       *, whole: bool) -> list[tuple[str, str, float, float]]:
+    """`found` with the subject document first and the section of it the question asks about shown.
+
+    The subject is the document the question names by a record code in its title, else, for a
+    question that asks one thing (`whole`), the best ranked one (a question in two parts has no
+    single subject: each part found its own documents). Its best passage is often the summary or the timeline, which say what happened
+    and not why: "Por que ninguém conseguiu logar?" matches the timeline's words, while the answer
+    is under "Causa raiz". So the subject's sections are also ranked by their heading alone, and
+    the chunk under the best heading (the opening section, which repeats the title, aside) is
+    read too, with gap 0. One passage more at most, of the one document the answer comes from.
+    """
+    try:
+        subject = named_document(store.titles(), question)
+    except Exception:  # noqa: BLE001 - a store that cannot list titles keeps the ranking as it is
+        subject = None
+    subject = subject or (found[0][0] if found and whole else None)
+    if subject is None:
+        return found
+    try:
+        chunks = store.chunks_of(question, subject)
+    except Exception:  # noqa: BLE001 - the ranking already found stands on its own
+        return found
+    opening = str(chunks[0].metadata.get("section") or "") if chunks else ""
+    sections = [c for c in chunks if str(c.metadata.get("section") or "") not in ("", opening)]
+    first = [h for h in found if h[0] == subject]
+    if not first and chunks:  # a named document the search ranked out: its best chunk, shown
+        best = max(chunks, key=lambda c: c.score)
+        first = [(subject, best.text, best.score, 0.0)]
+    if sections:
+        heads = list(dict.fromkeys(str(c.metadata["section"]) for c in sections))
+        asked = _closest_heading(store, question, heads)
+        chunk = next(c for c in sections if c.metadata["section"] == asked)
+        if all(h[1] != chunk.text for h in found + first):
+            first.append((subject, chunk.text, chunk.score, 0.0))
+    rest = [h for h in found if h[0] != subject]
+    docs = list(dict.fromkeys(h[0] for h in [*first, *rest]))[:top_k]
+    return [h for h in [*first, *rest] if h[0] in docs]
+
+
+def _closest_heading(store: DocStore, question: str, headings: list[str]) -> str:
+    """The heading whose e5 passage vector is closest to the question's query vector."""
+    missing = [h for h in headings if h not in _HEADING_VECTORS]
+    if missing:
+        for heading, vector in zip(missing, store.embeddings.embed_documents(missing), strict=True):
+            _HEADING_VECTORS[heading] = [float(x) for x in vector]
+    query = [float(x) for x in store.embeddings.embed_query(question)]
+    return max(headings, key=lambda h: sum(a * b for a, b in zip(query, _HEADING_VECTORS[h], strict=True)))
 
