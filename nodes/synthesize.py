@@ -183,6 +183,38 @@ def clean_answer(answer: str, block: str) -> str:
     return "\n".join(ln.rstrip() for ln in text.splitlines()).strip()
 
 
+_SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)+")
+_ID_COLUMN = re.compile(r"(^|[._])(\w+_)?(id|code)$", re.IGNORECASE)
+
+
+def _stored_identifiers(contexts: list[dict[str, Any]]) -> set[str]:
+    """String cells that name a record: hyphenated slugs ("legacy-invoicing") and the values of
+    id or code columns. Enum codes with underscores ("in_progress") are not: a status read as
+    words is still right.
+    """
+    out: set[str] = set()
+    for c in contexts:
+        for row in c.get("rows") or []:
+            for column, value in (row.items() if isinstance(row, dict) else ()):
+                if isinstance(value, str) and re.search(r"[A-Za-z]", value) and (
+                        _SLUG.fullmatch(value) or (_ID_COLUMN.search(str(column)) and re.search(r"[-_]", value))):
+                    out.add(value)
+    return out
+
+
+def stored_spelling(answer: str, contexts: list[dict[str, Any]]) -> str:
+    """The answer with each record identifier of the results written as stored. Why: the 1.5B
+    model restyles ids into titles ("Legacy Invoicing" for `legacy-invoicing`), and a user who
+    searches, pages or files a ticket needs the id itself. Only a run of the same letters and
+    digits, in any case, with spaces or other separators between the id's parts, is rewritten.
+    """
+    for value in sorted(_stored_identifiers(contexts), key=len, reverse=True):
+        parts = [p for p in re.split(r"[-_]", value) if p]
+        pattern = re.compile(r"(?<![\w-])" + r"[\s_-]?".join(re.escape(p) for p in parts) + r"(?![\w-])", re.IGNORECASE)
+        answer = pattern.sub(lambda _m, v=value: v, answer)
+    return answer
+
+
 LIST_ROWS = 12  # a result this short is a list the answer can name in full
 
 
@@ -251,7 +283,8 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         log.warning("synthesis failed: %s", exc)
         return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
-    cleaned = complete_list(clean_answer(answer, block), answered, lang, user_text(state)) or say("no_answer", lang)
+    cleaned = complete_list(stored_spelling(clean_answer(answer, block), answered), answered, lang,
+                            user_text(state)) or say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
     return {"answer": cleaned, "notices": [gap] if gap else [],
             "turn": trace("synthesize", route="answer", **extra, **usage.trace())}

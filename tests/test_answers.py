@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from graph.context import Context
-from nodes.synthesize import LIST_ROWS, clean_answer, complete_list, render_contexts, synthesize
+from nodes.synthesize import LIST_ROWS, clean_answer, complete_list, render_contexts, stored_spelling, synthesize
 from tools.llm import override_model
 from tools.scripted_model import ScriptedChatModel
 from tramita.base.text import detect_language
@@ -263,3 +263,23 @@ def test_a_result_value_written_in_brackets_is_kept_as_text() -> None:
     cleaned = clean_answer("Os serviços são: [api-gateway], [auth-service], [billing-engine].", block)
     assert cleaned == "Os serviços são: api-gateway, auth-service, billing-engine."
     assert clean_answer("Os serviços são: [api-gate], [payments-api].", block) == "Os serviços são:,."
+
+
+def test_a_restyled_record_id_is_written_as_stored() -> None:
+    rows = [{"s.service_id": "billing-sync", "t.name": "Operações"}, {"s.service_id": "quote-store", "t.name": "Vendas"},
+            {"k.ticket_id": "REQ-0042", "k.status": "waiting_customer"}]
+    contexts = [{"backend": "sql", "rows": rows}]
+    answer = "Billing Sync e Quote-Store são do time de Operações e Vendas; o req 0042 está waiting customer."
+    fixed = stored_spelling(answer, contexts)
+    assert fixed == "billing-sync e quote-store são do time de Operações e Vendas; o REQ-0042 está waiting customer."
+    assert fact_in("billing-sync", fixed) and not fact_in("billing-sync", answer)
+    # other words are not ids: a longer run, a part alone, a name cell and an enum code stay as written
+    other = "billing-sync-v2, quote, Operações, waiting customer"
+    assert stored_spelling(other, contexts) == other
+
+
+def test_the_synthesis_node_writes_ids_as_stored(model: Any) -> None:
+    rows = [{"service_id": "billing-sync", "tier": 3}]
+    model(lambda _p: "Billing Sync é o único serviço tier 3.")
+    out = _run("quais serviços são tier 3?", "pt", [{"backend": "sql", "error": None, "query": "SELECT 1", "rows": rows}])
+    assert "billing-sync" in out["answer"] and "Billing Sync" not in out["answer"]
