@@ -233,6 +233,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     out of seven rows), or names only the first level of a chain, and a user cannot tell a cut
     list from a complete one. One row named is enough when the question has no superlative
     (`policies/query_cues.yaml`: "the closest …" asks for one row); without the question, two.
+    An answer that names no row and does not state how many there are gets the list too: the
+    model misread the rows ("nenhum serviço chama o redis-cache" over the four that do).
     """
     from tools.semantic_layer import folded_cues
 
@@ -244,7 +246,10 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             continue
         labels = _labels(rows)
         named = [v for v in labels if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
-        if (2 if one else 1) <= len(named) < len(labels):
+        # none named and no count of them stated: the answer did not read the result ("no service
+        # calls it" over four rows that do), so the rows themselves are given
+        unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
+        if (2 if one else 1) <= len(named) < len(labels) or unread:
             answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
             folded = fold(answer)
     return answer

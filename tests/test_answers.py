@@ -206,6 +206,17 @@ def test_one_row_named_of_a_list_the_question_asks_for_gets_the_full_list() -> N
     assert one == "A gestora mais próxima é a Ana Lima."
 
 
+def test_an_answer_that_names_no_row_gets_the_rows() -> None:
+    """The model read four rows as none: the rows follow. Stating their count is reading them."""
+    out = complete_list("Nenhum serviço depende de outro.", [DEPS], "pt", "Quais serviços o web-frontend chama?")
+    assert out.endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
+    for stated in ("O web-frontend chama 4 serviços.", "There are 4 of them."):
+        assert complete_list(stated, [DEPS], "pt", "Quantos serviços o web-frontend chama?") == stated
+    # a different number is no count of these rows, and a decimal is no count at all
+    for other in ("O web-frontend chama 3 serviços.", "O custo é 4.5 mil."):
+        assert complete_list(other, [DEPS], "pt").endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
+
+
 @pytest.mark.parametrize("answer", [
     "web-frontend depends on api-gateway, auth-service, event-bus and redis-cache.",  # complete already
     "The closest dependency is api-gateway.",  # one named: an answer about one row, not a list
