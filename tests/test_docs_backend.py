@@ -11,6 +11,7 @@ from tools.backends import BACKENDS
 from tools.backends.base import BackendCall
 from tools.backends.docs import (
     PASSAGE_GAP,
+    _other_record,
     named_document,
     search,
     search_ranked,
@@ -76,7 +77,19 @@ def test_a_document_the_question_names_by_code_comes_first_with_the_section_aske
     assert hits[0][0] == "doc-pm-inc-2063"
     shown = [p for d, p, _, g in hits if d == "doc-pm-inc-2063" and g <= PASSAGE_GAP]
     assert any("Contributing factors" in p for p in shown), shown
+    # the other postmortems stay ranked (trace, recall) but none of their passages is read
+    others = [(d, g) for d, _, _, g in hits if d.startswith("doc-pm-") and d != "doc-pm-inc-2063"]
+    assert others and all(g > PASSAGE_GAP for _, g in others), others
     assert len({d for d, *_ in hits}) <= 5
+
+
+def test_only_records_of_the_named_kind_are_set_aside() -> None:
+    titles = {"pm-1": "Postmortem ABC-101: queue backlog", "pm-2": "Postmortem ABC-102: disk full",
+              "pol": "Change policy (POL-004)", "plain": "Onboarding handbook", "both": "Review of ABC-101 and ABC-102"}
+    assert _other_record(titles, "pm-1", "pm-2")
+    assert not _other_record(titles, "pm-1", "pol")  # another kind of record: may hold the rule asked about
+    assert not _other_record(titles, "pm-1", "plain")
+    assert not _other_record(titles, "pm-1", "both")  # it is about the named record too
 
 
 def test_the_section_a_question_asks_for_is_read_beside_the_best_passage(novaops_services: Any) -> None:

@@ -195,23 +195,39 @@ def named_document(titles: dict[str, str], question: str) -> str | None:
     return named[0] if len(named) == 1 else None
 
 
+ELSEWHERE = 1.0  # the gap given to a passage that must not be read (any gap above PASSAGE_GAP hides it)
+
+
+def _prefixes(title: str) -> set[str]:
+    """The letter parts of the record codes a title carries ("INC" of "INC-2047")."""
+    return {c.split("-", 1)[0].casefold() for c in _CODE.findall(title)}
+
+
+def _other_record(titles: dict[str, str], named: str, doc: str) -> bool:
+    """Whether `doc` is titled by a code of the same kind as the named document's, and not the same code."""
+    mine, theirs = titles.get(named, ""), titles.get(doc, "")
+    same_code = {c.casefold() for c in _CODE.findall(mine)} & {c.casefold() for c in _CODE.findall(theirs)}
+    return bool(_prefixes(mine) & _prefixes(theirs)) and not same_code
+
+
 def with_asked_section(store: DocStore, question: str, found: list[tuple[str, str, float, float]], top_k: int,
                        *, whole: bool) -> list[tuple[str, str, float, float]]:
     """`found` with the subject document first and the section of it the question asks about shown.
 
     The subject is the document the question names by a record code in its title, else, for a
     question that asks one thing (`whole`), the best ranked one (a question in two parts has no
-    single subject: each part found its own documents). Its best passage is often the summary or the timeline, which say what happened
-    and not why: "Por que ninguém conseguiu logar?" matches the timeline's words, while the answer
+    single subject: each part found its own documents). Its best passage is often the summary or
+    the timeline, which say what happened and not why: "Por que ninguém conseguiu logar?" matches the timeline's words, while the answer
     is under "Causa raiz". So the subject's sections are also ranked by their heading alone, and
     the chunk under the best heading (the opening section, which repeats the title, aside) is
     read too, with gap 0. One passage more at most, of the one document the answer comes from.
     """
     try:
-        subject = named_document(store.titles(), question)
+        titles = store.titles()
     except Exception:  # noqa: BLE001 - a store that cannot list titles keeps the ranking as it is
-        subject = None
-    subject = subject or (found[0][0] if found and whole else None)
+        titles = {}
+    named = named_document(titles, question)
+    subject = named or (found[0][0] if found and whole else None)
     if subject is None:
         return found
     try:
@@ -224,6 +240,8 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
     if not first and chunks:  # a named document the search ranked out: its best chunk, shown
         best = max(chunks, key=lambda c: c.score)
         first = [(subject, best.text, best.score, 0.0)]
+    elif named and first:  # the named document's best passage is read, however far below another's
+        first[0] = (*first[0][:3], 0.0)
     if sections:
         heads = list(dict.fromkeys(str(c.metadata["section"]) for c in sections))
         asked = _closest_heading(store, question, heads)
@@ -231,6 +249,12 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
         if all(h[1] != chunk.text for h in found + first):
             first.append((subject, chunk.text, chunk.score, 0.0))
     rest = [h for h in found if h[0] != subject]
+    if named:
+        # another record of the same kind ("Postmortem INC-2034" when INC-2047 is named) is another
+        # story: its "Causa raiz" passage is kept in the ranking (the trace, document recall) but
+        # not read, or the model answers with that incident's cause
+        rest = [(d, p, s, max(g, ELSEWHERE)) if _other_record(titles, named, d) else (d, p, s, g)
+                for d, p, s, g in rest]
     docs = list(dict.fromkeys(h[0] for h in [*first, *rest]))[:top_k]
     return [h for h in [*first, *rest] if h[0] in docs]
 
