@@ -211,7 +211,7 @@ def stored_spelling(answer: str, contexts: list[dict[str, Any]]) -> str:
     for value in sorted(_stored_identifiers(contexts), key=len, reverse=True):
         parts = [p for p in re.split(r"[-_]", value) if p]
         pattern = re.compile(r"(?<![\w-])" + r"[\s_-]?".join(re.escape(p) for p in parts) + r"(?![\w-])", re.IGNORECASE)
-        answer = pattern.sub(lambda _m, v=value: v, answer)
+        answer = pattern.sub(value.replace("\\", "\\\\"), answer)  # a literal replacement: backslashes escaped
     return answer
 
 
