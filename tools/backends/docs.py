@@ -246,7 +246,9 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
         heads = list(dict.fromkeys(str(c.metadata["section"]) for c in sections))
         asked = _closest_heading(store, question, heads)
         chunk = next(c for c in sections if c.metadata["section"] == asked)
-        if all(h[1] != chunk.text for h in found + first):
+        # read it: added when the search did not find it, shown when it found it too far down
+        first = [(d, p, s, 0.0) if p == chunk.text else (d, p, s, g) for d, p, s, g in first]
+        if all(h[1] != chunk.text for h in first):
             first.append((subject, chunk.text, chunk.score, 0.0))
     rest = [h for h in found if h[0] != subject]
     if named:
