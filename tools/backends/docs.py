@@ -247,9 +247,9 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
         asked = _closest_heading(store, question, heads)
         chunk = next(c for c in sections if c.metadata["section"] == asked)
         # read it: added when the search did not find it, shown when it found it too far down
-        first = [(d, p, s, 0.0) if p == chunk.text else (d, p, s, g) for d, p, s, g in first]
-        if all(h[1] != chunk.text for h in first):
-            first.append((subject, chunk.text, chunk.score, 0.0))
+        # and read right after the best passage, before the subject's other passages
+        first = [first[0], (subject, chunk.text, chunk.score, 0.0),
+                 *(h for h in first[1:] if h[1] != chunk.text)] if first[0][1] != chunk.text else first
     rest = [h for h in found if h[0] != subject]
     if named:
         # another record of the same kind ("Postmortem INC-2034" when INC-2047 is named) is another
