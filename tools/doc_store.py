@@ -103,6 +103,7 @@ class DocStore:
         self.hybrid = hybrid
         self._embeddings = embeddings
         self._lexical: _Lexical | None = None
+        self._headings: dict[str, list[float]] = {}  # heading → passage vector, for this store's embeddings
 
     @property
     def embeddings(self) -> Embeddings:
@@ -242,17 +243,31 @@ class DocStore:
         metas = self.collection().get(include=["metadatas"])["metadatas"] or []
         return {str(m["doc_id"]): str(m.get("title") or "") for m in metas if m and "doc_id" in m}
 
-    def chunks_of(self, query: str, doc_id: str) -> list[Hit]:
-        """Every chunk of one document with its cosine similarity to `query`, in document order:
-        what a reader of that document sees, for picking the section a question asks about.
+    def chunks_of(self, vector: Sequence[float], doc_id: str) -> list[Hit]:
+        """Every chunk of one document with its cosine similarity to the query `vector`, in
+        document order: what a reader of that document sees, for picking the section asked about.
         """
-        self._check(query, 1)
         collection = self.collection()
         ids = collection.get(where={"doc_id": doc_id}, include=[])["ids"]
         if not ids:
             return []
-        hits = self._hits_for(collection, list(ids), self._embed_query(query))
+        hits = self._hits_for(collection, list(ids), vector)
         return sorted(hits.values(), key=lambda h: int(h.metadata.get("chunk_index", 0)))
+
+    def closest_heading(self, vector: Sequence[float], headings: Sequence[str]) -> str:
+        """The heading whose e5 passage vector is closest to the query `vector`; each heading is
+        embedded once per store (its embeddings), not once per question.
+        """
+        missing = [h for h in dict.fromkeys(headings) if h not in self._headings]
+        if missing:
+            for heading, found in zip(missing, self.embeddings.embed_documents(missing), strict=True):
+                self._headings[heading] = [float(x) for x in found]
+        return max(headings, key=lambda h: sum(a * b for a, b in zip(vector, self._headings[h], strict=True)))
+
+    def embed_query(self, query: str) -> list[float]:
+        """The query vector of `query`, for the calls above that score against one question."""
+        self._check(query, 1)
+        return self._embed_query(query)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -180,7 +180,6 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
 
 # A record code as documents title themselves by it ("Postmortem INC-2047", "(POL-004)").
 _CODE = re.compile(r"(?<![\w-])[A-Za-z]{2,6}-\d{2,6}(?![\w-])")
-_HEADING_VECTORS: dict[str, list[float]] = {}
 
 
 def named_document(titles: dict[str, str], question: str) -> str | None:
@@ -222,16 +221,19 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
     the chunk under the best heading (the opening section, which repeats the title, aside) is
     read too, with gap 0. One passage more at most, of the one document the answer comes from.
     """
-    try:
-        titles = store.titles()
-    except Exception:  # noqa: BLE001 - a store that cannot list titles keeps the ranking as it is
-        titles = {}
+    titles: dict[str, str] = {}
+    if _CODE.search(question):  # the titles are read only for a question that names a code
+        try:
+            titles = store.titles()
+        except Exception:  # noqa: BLE001 - a store that cannot list titles keeps the ranking as it is
+            titles = {}
     named = named_document(titles, question)
     subject = named or (found[0][0] if found and whole else None)
     if subject is None:
         return found
     try:
-        chunks = store.chunks_of(question, subject)
+        vector = store.embed_query(question)  # one vector for the chunks and the headings
+        chunks = store.chunks_of(vector, subject)
     except Exception:  # noqa: BLE001 - the ranking already found stands on its own
         return found
     opening = str(chunks[0].metadata.get("section") or "") if chunks else ""
@@ -244,7 +246,7 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
         first[0] = (*first[0][:3], 0.0)
     if sections:
         heads = list(dict.fromkeys(str(c.metadata["section"]) for c in sections))
-        asked = _closest_heading(store, question, heads)
+        asked = store.closest_heading(vector, heads)
         chunk = next(c for c in sections if c.metadata["section"] == asked)
         # read it: added when the search did not find it, shown when it found it too far down
         # and read right after the best passage, before the subject's other passages
@@ -259,14 +261,3 @@ def with_asked_section(store: DocStore, question: str, found: list[tuple[str, st
                 for d, p, s, g in rest]
     docs = list(dict.fromkeys(h[0] for h in [*first, *rest]))[:top_k]
     return [h for h in [*first, *rest] if h[0] in docs]
-
-
-def _closest_heading(store: DocStore, question: str, headings: list[str]) -> str:
-    """The heading whose e5 passage vector is closest to the question's query vector."""
-    missing = [h for h in headings if h not in _HEADING_VECTORS]
-    if missing:
-        for heading, vector in zip(missing, store.embeddings.embed_documents(missing), strict=True):
-            _HEADING_VECTORS[heading] = [float(x) for x in vector]
-    query = [float(x) for x in store.embeddings.embed_query(question)]
-    return max(headings, key=lambda h: sum(a * b for a, b in zip(query, _HEADING_VECTORS[h], strict=True)))
-
