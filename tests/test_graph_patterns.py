@@ -219,6 +219,12 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     # "exactly two levels below": the lower bound equals the upper one
     ("reports_under", {"manager": "E044", "levels": 2, "min_levels": 2},
      "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE m.employee_id = 'E044' RETURN e.name, e.role, 2"),
+    ("person_team_services", {"person": "E020"},
+     "MATCH (e:Employee)-[:BELONGS_TO]->(t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE e.employee_id = 'E020' "
+     "RETURN s.service_id, t.name, s.tier, s.status"),
+    ("person_team_services", {"person": "E044"},
+     "MATCH (e:Employee {employee_id: 'E044'})-[:BELONGS_TO]->(t:Team) MATCH (s:Service)<-[:OWNS_SERVICE]-(t) "
+     "RETURN s.service_id, t.name, s.tier, s.status"),
     ("management_chain", {"person": "E058", "levels": 2, "min_levels": 2},
      "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE e.employee_id = 'E058' RETURN m.name, m.role, 2"),
     ("service_dependencies", {"service": "web-frontend", "hops": 7, "criticality": ["hard", "soft"],
@@ -660,6 +666,10 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
     assert (exact["levels"], exact["min_levels"]) == (2, 2)
     bound = fill("reports_under", "Quem está até dois níveis abaixo do Alexandre Moura?").values
     assert (bound["levels"], bound["min_levels"]) == (2, 1)
+    # the boss of the boss is level two and only it; a plain chain is every level
+    for second in ("Who is Igor Batista's manager's manager?", "Quem é a gestora da gestora do Igor Batista?"):
+        assert (lambda v: (v["levels"], v["min_levels"]))(fill("management_chain", second).values) == (2, 2)
+    assert (lambda v: (v["levels"], v["min_levels"]))(chain.values) == (10, 1)
     tiers = fill("service_dependents", "Se o postgres-main cair, quais serviços tier 1 param, em até 1 salto?").values
     assert (tiers["tier"], tiers["hops"]) == (["tier1"], 1)  # "1 salto" is a depth, not a tier
     assert fill("service_dependents", "Who calls postgres-main?").values["tier"] == ["tier1", "tier2", "tier3"]
@@ -673,6 +683,8 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
     ("direct_reports", "Who reports to Marina Albuquerque?"),
     ("manager_of", "A quem a Marina Albuquerque se reporta?"),
     ("reports_under", "Quem está abaixo da Marina Albuquerque, direta ou indiretamente?"),
+    ("management_chain", "Quem é o chefe do chefe do Igor Batista?"),
+    ("management_chain", "Who is Igor Batista's skip-level manager?"),
 ])
 def test_reporting_direction_and_depth_words_leave_the_other_patterns(
         engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str, question: str) -> None:
@@ -684,6 +696,23 @@ def test_reporting_direction_and_depth_words_leave_the_other_patterns(
     assert want in names and not set(names) & (down if want in up else up), names
     if want == "reports_under":
         assert "direct_reports" not in names
+    if want == "management_chain":  # the boss of the boss is not the direct manager
+        assert "manager_of" not in names
+
+
+@pytest.mark.parametrize(("want", "question"), [
+    ("person_team_services", "Quais sistemas o time do Igor Batista opera?"),
+    ("person_team_services", "Which services are run by Marina Albuquerque's team?"),
+    ("team_services", "Quais serviços o time de Segurança opera?"),
+    ("team_of_person", "Which team is Igor Batista on?"),
+])
+def test_a_persons_team_is_not_a_named_team(engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str,
+                                            question: str) -> None:
+    """Written for this test: services of the team a person is on start from the person (a pattern
+    that needs a team's name cannot take the question); the person's team alone is another pattern."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    ranked = engine.rank(question, gazetteer)
+    assert ranked.candidates and ranked.candidates[0].name == want, [(c.name, c.score) for c in ranked.candidates]
 
 
 # =========================================================================== the LLM's part, scripted

@@ -188,7 +188,8 @@ class IntParam(_ParamBase):
     units: list[str] = Field(min_length=1, description="words that must follow the number")
     exact_of: str | None = Field(None, description=(
         "a lower bound: the value of that other int parameter when the question says one of the "
-        "vocabulary's `exact_words` right before its number ('exactly two levels'), else `default`"))
+        "vocabulary's `exact_words` right before its number ('exactly two levels'), else its own "
+        "`word_values` ('the manager's manager' is level two and only that level), else `default`"))
     word_values: dict[int, list[str]] = Field(default_factory=dict, description=(
         "value -> words that give it with no number ('directly' is one hop); a number with a unit wins, "
         "and of two values said ('directly or indirectly') the largest, the wider bound, is taken"))
@@ -853,7 +854,8 @@ class PatternEngine:
                 bound = filled.values.get(param.exact_of)
                 exact = isinstance(bound, int) and _numbers(rest, vocab, _units_of(pattern, param.exact_of),
                                                             before=vocab.exact_words) == [bound]
-                filled.values[param.name] = bound if exact else param.default
+                worded = param.said_value(rest)
+                filled.values[param.name] = bound if exact else worded if worded is not None else param.default
         by_name = {p.name: p for p in pattern.parameters}
         open_sources = {getattr(by_name[n], "source", "") for n in filled.pending}
         stray = [m for m in _stray(mentions, pattern, filled.values) if m.source not in open_sources]
