@@ -183,6 +183,32 @@ def clean_answer(answer: str, block: str) -> str:
     return "\n".join(ln.rstrip() for ln in text.splitlines()).strip()
 
 
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
+
+
+def _bare(text: str) -> str:
+    return " ".join(re.findall(r"\w+", fold(text)))
+
+
+def without_preamble(answer: str, question: str, block: str) -> str:
+    """The answer without lines that restate the question, and without an opening line that only
+    announces what follows ("Here is the answer:"): it ends with a colon, says nothing the context
+    holds, and prose (not a list it introduces) follows it.
+
+    Why: the 1.5B model sometimes opens with both; the user asked the question and wants the answer.
+    """
+    asked = _bare(question)
+    lines = [ln for ln in answer.splitlines() if not (ln.strip() and _bare(ln) == asked)]
+    body = [i for i, ln in enumerate(lines) if ln.strip()]
+    if len(body) >= 2:
+        opening = lines[body[0]].strip()
+        said = _content(opening)
+        if (opening.endswith(":") and len(opening.split()) <= 12 and not _LIST_ITEM.match(lines[body[1]])
+                and not said & _content(block)):
+            lines = lines[body[1]:]
+    return "\n".join(lines).strip() or answer.strip()
+
+
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)+")
 _ID_COLUMN = re.compile(r"(^|[._])(\w+_)?(id|code)$", re.IGNORECASE)
 
@@ -288,8 +314,9 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         log.warning("synthesis failed: %s", exc)
         return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
-    cleaned = complete_list(stored_spelling(clean_answer(answer, block), answered), answered, lang,
-                            user_text(state)) or say("no_answer", lang)
+    question = user_text(state)
+    cleaned = complete_list(stored_spelling(without_preamble(clean_answer(answer, block), question, block), answered),
+                            answered, lang, question) or say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
     return {"answer": cleaned, "notices": [gap] if gap else [],
             "turn": trace("synthesize", route="answer", **extra, **usage.trace())}

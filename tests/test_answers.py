@@ -16,7 +16,15 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from graph.context import Context
-from nodes.synthesize import LIST_ROWS, clean_answer, complete_list, render_contexts, stored_spelling, synthesize
+from nodes.synthesize import (
+    LIST_ROWS,
+    clean_answer,
+    complete_list,
+    render_contexts,
+    stored_spelling,
+    synthesize,
+    without_preamble,
+)
 from tools.llm import override_model
 from tools.scripted_model import ScriptedChatModel
 from tramita.base.text import detect_language
@@ -294,3 +302,17 @@ def test_the_synthesis_node_writes_ids_as_stored(model: Any) -> None:
     model(lambda _p: "Billing Sync é o único serviço tier 3.")
     out = _run("quais serviços são tier 3?", "pt", [{"backend": "sql", "error": None, "query": "SELECT 1", "rows": rows}])
     assert "billing-sync" in out["answer"] and "Billing Sync" not in out["answer"]
+
+
+def test_a_restated_question_and_an_announcing_line_are_left_out() -> None:
+    """Written for this test: the answer starts at the answer; a line that introduces a list, or
+    that says something the results hold, stays."""
+    block = "[SQL]\n| approver | count |\n| Helena Prado | 9 |"
+    question = "Who approved the most claims in June? How many?"
+    answer = "Here is the answer in English:\n\nWho approved the most claims in June? How many?\n\nHelena Prado, 9 [SQL]."
+    assert without_preamble(answer, question, block) == "Helena Prado, 9 [SQL]."
+    listed = "Here are the approvers:\n- Helena Prado\n- Ivo Lima"
+    assert without_preamble(listed, question, block) == listed
+    stated = "Helena Prado approved the most:\n9 claims in June [SQL]."
+    assert without_preamble(stated, question, block) == stated
+    assert without_preamble(question, question, block) == question  # nothing else: the text stays
