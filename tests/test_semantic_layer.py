@@ -1212,3 +1212,62 @@ def test_a_measure_moves_to_the_entity_the_filters_name_when_its_column_carries_
     reachable = layer.parse({"measures": ["budgets.sum_amount_usd"],
                              "filters": [{"field": "budgets.quarter", "op": "=", "value": "2026-Q1"}]})
     assert layer.rebase_measures(reachable) == (reachable, [])
+
+
+# ------------------------------------------------------------------------------- ranked values
+
+@pytest.mark.parametrize(("question", "op", "value", "side"), [
+    ("Quais chamados abertos têm prioridade P2 ou mais urgente?", ">=", "P2", ["P1", "P2"]),
+    ("Which open tickets are less urgent than P2?", "<", "P2", ["P3", "P4"]),
+    ("Quais chamados abertos têm prioridade P2 ou menor?", ">=", "P2", ["P2", "P3", "P4"]),  # the words win
+    ("Which open tickets rank above P3 in priority?", ">", "P3", ["P1", "P2"]),
+    ("Which open tickets have priority beyond P3?", ">", "P3", ["P1", "P2"]),  # no words: the comparative
+])
+def test_a_comparison_on_a_scale_is_the_values_on_its_side(question: str, op: str, value: str, side: list[str],
+                                                           layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """Written for this test: "P2 or more urgent" compared as text is P2 to P4, the opposite of
+    urgency; on the declared scale it is P1 and P2, and the rows are the gold's."""
+    filled = {"dimensions": ["tickets.ticket_id"],
+              "filters": [{"field": "tickets.priority", "op": op, "value": value},
+                          {"field": "tickets.status", "op": "=", "value": "open"}]}
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert ("tickets.priority", "in", side) in settled.filters and any("on its scale" in n for n in notes)
+    listed = ", ".join(f"'{v}'" for v in side)
+    gold = _rows(novaops, f"SELECT ticket_id FROM tickets WHERE status = 'open' AND priority IN ({listed})")
+    assert gold and results_match(gold, _answer(layer, tool, settled))
+    as_text = [v for v in ("P1", "P2", "P3", "P4") if {">": v > value, ">=": v >= value, "<": v < value}[op]]
+    if as_text != side:  # as text, it is other rows
+        assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))
+
+
+def test_a_comparison_off_a_scale_is_left_as_it_is(layer: SemanticLayer) -> None:
+    """Written for this test: a number column, or a value the scale does not hold, is compared as filled."""
+    amount = {"dimensions": ["expenses.expense_id"], "filters": [{"field": "expenses.amount_usd", "op": ">", "value": 900}]}
+    assert layer.settle(layer.parse(amount), "Which expenses are above 900 dollars?")[0].filters == \
+        [("expenses.amount_usd", ">", 900)]
+    odd = {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "tickets.priority", "op": ">=", "value": "P9"}]}
+    assert layer.settle(layer.parse(odd), "Which tickets are P9 or more urgent?")[0].filters == \
+        [("tickets.priority", ">=", "P9")]
+
+
+def test_a_scale_needs_two_values(tmp_path: Path) -> None:
+    data = yaml.safe_load(MODEL.read_text(encoding="utf-8"))
+    data["entities"]["teams"]["dimensions"]["name"]["ranked"] = {"up": ["above"], "down": ["below"]}  # no values
+    bad = tmp_path / "semantic_model.yaml"
+    bad.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_semantic_model(bad)
+    assert f"{bad}: field entities.teams.dimensions.name" in str(err.value) and "ranked" in str(err.value)
+
+
+def test_a_list_question_shows_the_rows_an_adjective_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """Written for this test: "which open tickets … have no assignee" filled with the empty assignee
+    column alone names no ticket; a column an is-null filter fixes is empty in every row."""
+    filled = {"dimensions": ["tickets.assignee_id"],
+              "filters": [{"field": "tickets.status", "op": "=", "value": "open"},
+                          {"field": "tickets.assignee_id", "op": "is_null", "value": None}]}
+    settled, notes = layer.settle(layer.parse(filled), "Which open tickets have no assignee?")
+    assert settled.dimensions == ["tickets.ticket_id"], notes
+    gold = _rows(novaops, "SELECT ticket_id FROM tickets WHERE status = 'open' AND assignee_id IS NULL")
+    assert gold and results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=True)

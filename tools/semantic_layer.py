@@ -749,13 +749,17 @@ class SemanticLayer:
             days = [(f, o, v) for f, o, v in filters if o == "=" and self._dated(f) and _DAY.fullmatch(str(v))]
             dropped += [f"filter {f} {o} {v!r} (the question names no day)" for f, o, v in days]
             filters = [flt for flt in filters if flt not in days]
+        filters, scaled = self._on_scale(filters, text)
+        dropped += scaled
         q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters, list(q.order), q.limit)
-        fixed = {f for f, op, v in q.filters
-                 if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)}
+        fixed = {f for f, op, v in q.filters  # one value in every row (an empty one for is_null)
+                 if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)
+                 or op == "is_null"}
         filtered = {f for f, _, _ in q.filters}
         rows_named = self._named_rows(q.filters)
         kept: list[str] = []
         gone: set[str] = set()
+        spared: dict[str, str] = {}  # kept only as the query's last field
         for name in q.dimensions:
             reason = self._why_drop(name, q, text, tokens, fixed, filtered, rows_named)
             if reason and (kept or q.measures or len(q.dimensions) > len(gone) + 1):
@@ -763,6 +767,8 @@ class SemanticLayer:
                 gone.add(name)
             else:
                 kept.append(name)
+                if reason:
+                    spared[name] = reason
         kept += [d for d in dict.fromkeys(shown) if d not in kept and d in self.dimension_names]
         measures, swapped = self._asked_measures(q.measures, text)
         dropped += swapped
@@ -808,6 +814,9 @@ class SemanticLayer:
                 asked = []
             kept = [*asked, *kept]
             dropped += [f"{a} (the question asks which {a.split('.', 1)[0]})" for a in asked]
+            if asked:  # the label is now the field a spared column was kept as
+                dropped += [f"{s} ({spared[s]})" for s in kept if s in spared]
+                kept = [k for k in kept if k not in spared]
         if measures and kept and not order:
             # a breakdown that names no order reads largest first (then by its groups, so ties are
             # stable): "how many per office" is answered as a ranking, and a short answer that
@@ -828,6 +837,36 @@ class SemanticLayer:
         except SemanticQueryError:
             return False
         return True
+
+    def _on_scale(self, filters: list[tuple[str, str, Any]], text: str) -> tuple[list[tuple[str, str, Any]], list[str]]:
+        """A comparison with a value of a `ranked` dimension read as the values on one side of it:
+        the side the question's words say ("P2 or more urgent" is P1 and P2), else the side the
+        operator says, read as a comparative (the model writes "worse than SEV2" as `> SEV2`); the
+        value itself is in for `>=`/`<=`. Why: stored codes compare as text, and `priority >= 'P2'`
+        is P2, P3 and P4, the opposite of urgency. `text` is the question's folded words, spaced.
+        """
+        out: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for name, op, value in filters:
+            found = self._dimension(name)
+            scale = found[3].ranked if found is not None else None
+            order = list(found[3].values) if found is not None else []
+            at = next((i for i, v in enumerate(order) if fold(v) == fold(str(value))), None)
+            if scale is None or op not in ("<", "<=", ">", ">=") or at is None:
+                out.append((name, op, value))
+                continue
+            up, down = (any(f" {fold(w)} " in text for w in words) for words in (scale.up, scale.down))
+            toward_top = up if up != down else op in (">", ">=")
+            inclusive = op in ("<=", ">=")
+            side = order[:at + inclusive] if toward_top else order[at + (not inclusive):]
+            if not side:
+                out.append((name, op, value))
+                continue
+            out.append((name, "in", side))
+            notes.append(f"filter {name} {op} {value!r} read on its scale as {side} "
+                         f"({'the words' if up != down else 'the operator'} say toward the "
+                         f"{'top' if toward_top else 'bottom'})")
+        return out, notes
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -1108,9 +1147,18 @@ class SemanticLayer:
             label = self._label(entity)
             if entity in shown | fixed or label is None or f"{entity}.{label}" in kept:
                 continue
-            if any(_after_cue(tokens, w, asking) for w in self._entity_words(entity)):
+            if any(_after_cue(tokens, w, asking, between=self._value_words(entity)) for w in self._entity_words(entity)):
                 out.append(f"{entity}.{label}")
         return out
+
+    def _value_words(self, entity: str) -> frozenset[str]:
+        """The one-word values and segment names of `entity` ("open", "abertos", "ativos"): a word
+        that may stand between a question word and the entity's word ("which open tickets").
+        """
+        ent = self.spec.entities[entity]
+        words = [*(w for d in ent.dimensions.values() for v, syn in d.values.items() for w in (v, *syn)),
+                 *(w for name, seg in ent.segments.items() for w in (name, *seg.synonyms))]
+        return frozenset(f for f in (fold(w) for w in words) if f and " " not in f)
 
     def _asked_measures(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
         """The measures with the column (`_named_columns`) and the aggregation the question names
@@ -1854,9 +1902,10 @@ def _cognate(tokens: list[str], member: str) -> bool:
     return any(t[:5] in stems for t in tokens if len(t) >= 5)
 
 
-def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None) -> bool:
+def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None,
+               between: frozenset[str] = frozenset()) -> bool:
     """Whether `words` (or its plural) follows a grouping cue (or one of `only`), with at most one
-    filler between.
+    filler (or one word of `between`) between.
     """
     key = " ".join(fold(words).split())
     if not key:
@@ -1871,7 +1920,7 @@ def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None
         before = tokens[max(0, i - 2):i]
         if before and before[-1] in grouping:
             return True
-        if len(before) == 2 and before[-1] in cues.fillers and before[0] in grouping:
+        if len(before) == 2 and (before[-1] in cues.fillers or before[-1] in between) and before[0] in grouping:
             return True
     return False
 

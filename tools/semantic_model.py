@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlglot
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlglot import exp
 
 from tramita.base.policyfile import PolicyError, load_model
@@ -38,6 +38,7 @@ __all__ = [
     "Example",
     "Join",
     "Measure",
+    "Ranked",
     "Segment",
     "SemanticModelSpec",
     "TableInfo",
@@ -69,6 +70,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Ranked(_Strict):
+    """The words that say which side of a value of a scale a question means."""
+
+    up: list[str] = Field(min_length=1, description="toward the first value ('or worse', 'mais urgente')")
+    down: list[str] = Field(min_length=1, description="toward the last value ('or milder', 'menos urgente')")
+
+
 class Dimension(_Strict):
     """A column (or arithmetic over columns, `expr`) that a query may group by, list or filter on."""
 
@@ -80,6 +88,15 @@ class Dimension(_Strict):
     synonyms: list[str] = Field(default_factory=list)
     values: dict[str, list[str]] = Field(default_factory=dict)  # stored value -> words people use for it
     time_grains: list[Grain] = Field(default_factory=list)
+    ranked: Ranked | None = Field(None, description=(
+        "the `values` are a scale, listed from the top (most urgent, worst) down: a comparison with one "
+        "of them is the values on one side of it"))
+
+    @model_validator(mode="after")
+    def _scale(self) -> Dimension:
+        if self.ranked is not None and len(self.values) < 2:
+            raise ValueError("ranked: needs two or more `values`, listed from the top of the scale down")
+        return self
 
 
 class Measure(_Strict):
