@@ -351,5 +351,10 @@ def test_the_database_and_the_graph_say_when_a_question_names_nothing_they_hold(
     assert not sql.names_nothing(novaops_services, "Who was hired during 2024?")  # a declared word of a column
     assert not sql.names_nothing(novaops_services, "Quantos incidentes o auth-service teve?")  # a stored value
     for about_the_graph in ("Who is on call in 2026-W30?", "A quem o Gonçalo Pereira responde?",
-                            "What does reporting-portal call, and what calls it?"):
+                            "What does reporting-portal call, and what calls it?",
+                            "Quem está de plantão nesta semana?"):  # a pattern that needs no name
         assert not graph.names_nothing(novaops_services, about_the_graph), about_the_graph
+    # near the incidents of a service, but naming none: no pattern can be filled, the graph is silent
+    for ranking in ("Qual serviço acumulou mais incidentes desde o ano passado?",
+                    "Which service has the longest list of incidents?"):
+        assert graph.names_nothing(novaops_services, ranking), ranking

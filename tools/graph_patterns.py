@@ -989,8 +989,11 @@ class PatternEngine:
         return attempt
 
     def names_nothing(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
-        """Whether the question names no entity, id or week the graph holds and no pattern comes
-        near it (below the patterns' floor): the graph has nothing to say about it. No LLM call.
+        """Whether the question names no entity, id or week the graph holds, and no pattern near
+        it (above the patterns' floor) can be filled without one: the graph has nothing to say
+        about it. "Which service had the most incidents?" is near the incidents of a service, which
+        needs the service; its query would be the text-to-Cypher fallback's, over what the database
+        also holds. "Who is on call this week?" needs no name. No LLM call.
         """
         gazetteer = self.gazetteer(engine, tool)
         if find_mentions(question, gazetteer, _id_params(self.patterns)):
@@ -998,7 +1001,10 @@ class PatternEngine:
         weekly = any(isinstance(p, WeekParam) for pat in self.patterns.patterns for p in pat.parameters)
         if weekly and _weeks(question, date.today(), self.patterns.vocabulary, raw=question):
             return False
-        return self.rank(question, gazetteer).decision == "none"
+        today, floor = date.today().isoformat(), self.patterns.matching.floor
+        return not any(self.fill(self.patterns.pattern(c.name), question, today=today, gazetteer=gazetteer,
+                                 engine=engine).problem is None
+                       for c in self.rank(question, gazetteer).candidates if c.score >= floor)
 
     def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
         """Whether the question asks for an aggregate the patterns do not count (a total, an
