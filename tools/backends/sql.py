@@ -11,10 +11,12 @@ SQLTool's read-only guard; the context records which one answered (`path`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tools.backends.base import BackendCall, Finding, bounded_question, render_rows, row_findings
 from tools.services import Services
+from tramita.base.text import fold
 
 
 class SQLBackend:
@@ -41,6 +43,7 @@ class SQLBackend:
         from tools.text_to_sql import answer_sql
 
         tool = call.services.sql_tool
+        call = replace(call, given=(*call.given, *_antecedent(call)))
         question = bounded_question(call.question, call.given)
         sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
@@ -93,9 +96,31 @@ class SQLBackend:
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
 
+def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
+    """The stored values the rest of the question names, as findings, when this backend's part
+    points back at them ("O expense-portal tem plantão? E quantos tickets dele estão ativos?") and
+    no earlier backend found a set for it.
+
+    Why: the part alone ("quantos tickets dele estão ativos") names no service, and the query
+    counted every active ticket; the graph, which ran first, found no shift to bound it by.
+    """
+    from tools.semantic_layer import folded_cues
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    if not call.whole or call.question == call.whole or any(f.values for f in call.given):
+        return ()
+    if not folded_cues().references & set(fold(call.question).split()):
+        return ()
+    tool = call.services.sql_tool
+    rest = call.whole.replace(call.question, " ", 1)
+    hits = value_index(tool.url, tool.query, load_schema(tool.schema_path)).match(rest)
+    return tuple(Finding(backend="question", values=(v,)) for v in dict.fromkeys(h.value for h in hits))
+
+
 def _with_findings(call: BackendCall, question: str) -> str:
     """The question for raw text-to-SQL, followed by the sets earlier backends found (it has no
     value linking of its own for them).
     """
-    sets = [f"{f.column}: {', '.join(f.values)}" for f in call.given if f.values]
+    sets = [f"{f.column + ': ' if f.column else ''}{', '.join(f.values)}" for f in call.given if f.values]
     return f"{question}\n(Found earlier — {'; '.join(sets)})" if sets else question
