@@ -223,14 +223,14 @@ def test_a_part_that_points_back_is_bounded_by_what_the_rest_of_the_question_nam
     """Written for this test: the graph ran first and found no shift, so no set bounds "quantos
     chamados dele"; the service the other part names does (no LLM call: the direct fill accounts for
     every word). Without a word that points back, or with a set an earlier source found, nothing is added."""
-    whole = "O billing-engine tem plantão esta semana? E quantos chamados dele estão ativos agora?"
+    whole = "O search-service tem plantão esta semana? E quantos chamados dele estão ativos agora?"
     part = "E quantos chamados dele estão ativos agora?"
 
     def run(question: str, given: tuple[Finding, ...]) -> dict[str, Any]:
         return BACKENDS["sql"].run(BackendCall(question=question, today="2026-05-15", profile="scripted",
                                                services=novaops_services, usage=Usage(), whole=whole, given=given))
 
-    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE service_id = 'billing-engine' "
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE service_id = 'search-service' "
                           "AND status IN ('open', 'in_progress')")
     every = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress')")
     assert gold != every
@@ -238,8 +238,8 @@ def test_a_part_that_points_back_is_bounded_by_what_the_rest_of_the_question_nam
     assert [tuple(r.values()) for r in ours["rows"]] == gold, ours.get("semantic_query")
     plain = run("E quantos chamados estão ativos agora?", (Finding(backend="graph"),))
     assert [tuple(r.values()) for r in plain["rows"]] == every, plain.get("semantic_query")
-    found = run(part, (Finding(backend="graph", column="service", values=("auth-service",)),))
-    assert "billing-engine" not in str(found.get("query")) and "auth-service" in str(found.get("query"))
+    found = run(part, (Finding(backend="graph", column="service", values=("reporting-portal",)),))
+    assert "search-service" not in str(found.get("query")) and "reporting-portal" in str(found.get("query"))
 
 
 def test_a_query_that_bounds_the_entity_itself_is_left_alone(tool: SQLTool) -> None:

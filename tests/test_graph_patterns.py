@@ -219,8 +219,8 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     # "exactly two levels below": the lower bound equals the upper one
     ("reports_under", {"manager": "E044", "levels": 2, "min_levels": 2},
      "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE m.employee_id = 'E044' RETURN e.name, e.role, 2"),
-    ("person_team_services", {"person": "E020"},
-     "MATCH (e:Employee)-[:BELONGS_TO]->(t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE e.employee_id = 'E020' "
+    ("person_team_services", {"person": "E029"},
+     "MATCH (e:Employee)-[:BELONGS_TO]->(t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE e.employee_id = 'E029' "
      "RETURN s.service_id, t.name, s.tier, s.status"),
     ("person_team_services", {"person": "E044"},
      "MATCH (e:Employee {employee_id: 'E044'})-[:BELONGS_TO]->(t:Team) MATCH (s:Service)<-[:OWNS_SERVICE]-(t) "
@@ -667,7 +667,7 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
     bound = fill("reports_under", "Quem está até dois níveis abaixo do Alexandre Moura?").values
     assert (bound["levels"], bound["min_levels"]) == (2, 1)
     # the boss of the boss is level two and only it; a plain chain is every level
-    for second in ("Who is Igor Batista's manager's manager?", "Quem é a gestora da gestora do Igor Batista?"):
+    for second in ("Who is Letícia Amaral's manager's manager?", "Quem é a gestora da gestora da Letícia Amaral?"):
         assert (lambda v: (v["levels"], v["min_levels"]))(fill("management_chain", second).values) == (2, 2)
     assert (lambda v: (v["levels"], v["min_levels"]))(chain.values) == (10, 1)
     tiers = fill("service_dependents", "Se o postgres-main cair, quais serviços tier 1 param, em até 1 salto?").values
@@ -683,8 +683,8 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
     ("direct_reports", "Who reports to Marina Albuquerque?"),
     ("manager_of", "A quem a Marina Albuquerque se reporta?"),
     ("reports_under", "Quem está abaixo da Marina Albuquerque, direta ou indiretamente?"),
-    ("management_chain", "Quem é o chefe do chefe do Igor Batista?"),
-    ("management_chain", "Who is Igor Batista's skip-level manager?"),
+    ("management_chain", "Quem é o chefe do chefe da Letícia Amaral?"),
+    ("management_chain", "Who is Letícia Amaral's skip-level manager?"),
 ])
 def test_reporting_direction_and_depth_words_leave_the_other_patterns(
         engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str, question: str) -> None:
@@ -701,10 +701,10 @@ def test_reporting_direction_and_depth_words_leave_the_other_patterns(
 
 
 @pytest.mark.parametrize(("want", "question"), [
-    ("person_team_services", "Quais sistemas o time do Igor Batista opera?"),
-    ("person_team_services", "Which services are run by Marina Albuquerque's team?"),
+    ("person_team_services", "Quais sistemas o time da Letícia Amaral opera?"),
+    ("person_team_services", "Which services are run by Sofia Marques's team?"),
     ("team_services", "Quais serviços o time de Segurança opera?"),
-    ("team_of_person", "Which team is Igor Batista on?"),
+    ("team_of_person", "Which team is Letícia Amaral on?"),
 ])
 def test_a_persons_team_is_not_a_named_team(engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str,
                                             question: str) -> None:

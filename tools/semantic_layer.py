@@ -1147,7 +1147,8 @@ class SemanticLayer:
             label = self._label(entity)
             if entity in shown | fixed or label is None or f"{entity}.{label}" in kept:
                 continue
-            if any(_after_cue(tokens, w, asking, between=self._value_words(entity)) for w in self._entity_words(entity)):
+            between = self._value_words(entity)  # once per entity, not once per entity word
+            if any(_after_cue(tokens, w, asking, between=between) for w in self._entity_words(entity)):
                 out.append(f"{entity}.{label}")
         return out
 

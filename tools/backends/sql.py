@@ -12,11 +12,15 @@ SQLTool's read-only guard; the context records which one answered (`path`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.backends.base import BackendCall, Finding, bounded_question, render_rows, row_findings
 from tools.services import Services
 from tramita.base.text import fold
+
+if TYPE_CHECKING:
+    from tools.sql_tool import SQLTool
+    from tools.sql_values import ValueIndex
 
 
 class SQLBackend:
@@ -81,19 +85,24 @@ class SQLBackend:
         and "how many days a year may I work abroad" came back as the employees hired per year.
         """
         from tools.semantic_layer import layer_for
-        from tools.sql_schema import load_schema
-        from tools.sql_values import value_index
 
         tool = services.sql_tool
         layer = layer_for(services.settings.semantic_model_file(), tool)
-        index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
-        return not layer.names_anything(text, [(h.table, h.column, h.value) for h in index.match(text)])
+        return not layer.names_anything(text, [(h.table, h.column, h.value) for h in _values(tool).match(text)])
 
     def vocabulary(self, services: Services) -> list[str]:
         """What the database holds, in the semantic model's words (the planner embeds these)."""
         from tools.backends.vocabulary import semantic_model_vocabulary
 
         return semantic_model_vocabulary(services.settings.semantic_model_file())
+
+
+def _values(tool: SQLTool) -> ValueIndex:
+    """The database's value index (cached per URL by `tools.sql_values`)."""
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    return value_index(tool.url, tool.query, load_schema(tool.schema_path))
 
 
 def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
@@ -105,16 +114,13 @@ def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
     counted every active ticket; the graph, which ran first, found no shift to bound it by.
     """
     from tools.semantic_layer import folded_cues
-    from tools.sql_schema import load_schema
-    from tools.sql_values import value_index
 
     if not call.whole or call.question == call.whole or any(f.values for f in call.given):
         return ()
     if not folded_cues().references & set(fold(call.question).split()):
         return ()
-    tool = call.services.sql_tool
     rest = call.whole.replace(call.question, " ", 1)
-    hits = value_index(tool.url, tool.query, load_schema(tool.schema_path)).match(rest)
+    hits = _values(call.services.sql_tool).match(rest)
     return tuple(Finding(backend="question", values=(v,)) for v in dict.fromkeys(h.value for h in hits))
 
 
