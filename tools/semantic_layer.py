@@ -53,9 +53,10 @@ from tools.semantic_model import (
     expr_columns,
     load_semantic_model,
 )
+from tools.sql_mend import Scale, mend, scale_side, scales_of
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import fold, phrase_starts
+from tramita.base.text import MONTHS, fold, phrase_starts
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -166,11 +167,11 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.person_cues),
                       {agg: tuple(" ".join(fold(w).split()) for w in ws) for agg, ws in f.aggregation_cues.items()},
                       words(f.breakdown_cues),
-                      words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(_MONTHS),
+                      words(f.time_cues) | {w for w in words(f.grain_words) if " " not in w} | frozenset(MONTHS),
                       words(f.reference_words),
                       {k: tuple(" ".join(fold(w).split()) for w in ws) for k, ws in f.recency_cues.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.row_references.values() for w in ws),
-                      words(f.day_cues) | frozenset(_MONTHS),
+                      words(f.day_cues) | frozenset(MONTHS),
                       tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws),
                       words(f.least_words), words(f.comparative_words), words(f.number_prepositions))
 
@@ -266,12 +267,6 @@ def period_bounds(text: str) -> tuple[dt.date, dt.date]:
     return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
 
 
-_MONTHS = {
-    **{m: i + 1 for i, m in enumerate(["janeiro", "fevereiro", "marco", "abril", "maio", "junho", "julho", "agosto",
-                                       "setembro", "outubro", "novembro", "dezembro"])},
-    **{m: i + 1 for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july", "august",
-                                       "september", "october", "november", "december"])},
-}
 _ORDINAL = {"1": 1, "2": 2, "3": 3, "4": 4, "primeiro": 1, "segundo": 2, "terceiro": 3, "quarto": 4, "first": 1,
             "second": 2, "third": 3, "fourth": 4, "1o": 1, "2o": 2, "3o": 3, "4o": 4, "1st": 1, "2nd": 2, "3rd": 3,
             "4th": 4}
@@ -284,9 +279,9 @@ def question_periods(question: str, today: str) -> list[tuple[str, str]]:
     """
     text = fold(question).replace("º", "o")
     out: list[tuple[str, str]] = []
-    month_names = "|".join(_MONTHS)
+    month_names = "|".join(MONTHS)
     for m in re.finditer(rf"\b({month_names})\b(?:\s+(?:de|of))?\s+(\d{{4}})\b", text):
-        out.append((m.group(0), f"{m.group(2)}-{_MONTHS[m.group(1)]:02d}"))
+        out.append((m.group(0), f"{m.group(2)}-{MONTHS[m.group(1)]:02d}"))
     ords = "|".join(_ORDINAL)
     for m in re.finditer(rf"\b({ords})\s*(?:tri|trimestre|quarter|qtr)\b(?:\s+(?:de|of))?\s+(\d{{4}})\b", text):
         out.append((m.group(0), f"{m.group(2)}-Q{_ORDINAL[m.group(1)]}"))
@@ -849,24 +844,29 @@ class SemanticLayer:
         notes: list[str] = []
         for name, op, value in filters:
             found = self._dimension(name)
-            scale = found[3].ranked if found is not None else None
-            order = list(found[3].values) if found is not None else []
-            at = next((i for i, v in enumerate(order) if fold(v) == fold(str(value))), None)
-            if scale is None or op not in ("<", "<=", ">", ">=") or at is None:
+            scale = _scale(found[3]) if found is not None else None
+            read = scale_side(scale, op, str(value), text) if scale is not None else None
+            if read is None:
                 out.append((name, op, value))
                 continue
-            up, down = (any(f" {fold(w)} " in text for w in words) for words in (scale.up, scale.down))
-            toward_top = up if up != down else op in (">", ">=")
-            inclusive = op in ("<=", ">=")
-            side = order[:at + inclusive] if toward_top else order[at + (not inclusive):]
-            if not side:
-                out.append((name, op, value))
-                continue
-            out.append((name, "in", side))
-            notes.append(f"filter {name} {op} {value!r} read on its scale as {side} "
-                         f"({'the words' if up != down else 'the operator'} say toward the "
-                         f"{'top' if toward_top else 'bottom'})")
+            out.append((name, "in", read[0]))
+            notes.append(f"filter {name} {op} {value!r} read on its scale as {read[0]} ({read[1]})")
         return out, notes
+
+    @cached_property
+    def scales(self) -> dict[tuple[str, str], Scale]:
+        """(table, column) -> the scale of the ranked dimensions that read it (for `mend_sql`)."""
+        return scales_of([((ent.table_name(ename), d.column or dname), scale)
+                          for ename, ent in self.spec.entities.items() for dname, d in ent.dimensions.items()
+                          if not d.expr and (scale := _scale(d)) is not None])
+
+    def mend_sql(self, sql: str, question: str) -> tuple[str, list[str]]:
+        """Raw SQL (the fallback's) with the deterministic mends of `tools.sql_mend`: comparisons on
+        this model's ranked columns read on their scale by the question's words, and anti-joins
+        written as inner joins made left joins; a note per mend.
+        """
+        text = " " + " ".join(re.findall(r"\w+", fold(question))) + " "
+        return mend(sql, self.dialect, self.scales, text)
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -1842,6 +1842,13 @@ class SemanticLayer:
             if word:
                 add(f"'{word}' → {ename}")
         return out
+
+
+def _scale(dim: Dimension) -> Scale | None:
+    """A ranked dimension's scale (its values from the top down, with the words for each side)."""
+    if dim.ranked is None:
+        return None
+    return Scale(tuple(dim.values), tuple(dim.ranked.up), tuple(dim.ranked.down))
 
 
 def _either(filters: list[tuple[str, str, Any]]) -> tuple[list[tuple[str, str, Any]], list[str]]:

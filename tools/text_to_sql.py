@@ -7,6 +7,8 @@ construction), and a failure is fed back to the model at most twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel, Field
 
 from tools.backends.base import QueryRun, generate_validate_repair
@@ -21,8 +23,12 @@ class SQLAnswer(BaseModel):  # noqa: D101
     sql: str = Field(description="one read-only SELECT statement")
 
 
-def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None, usage: Usage) -> QueryRun:
-    """Generate a SELECT for the question over the linked schema, then validate, run and repair it."""
+def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None, usage: Usage,
+               mend: Callable[[str], tuple[str, list[str]]] | None = None) -> QueryRun:
+    """Generate a SELECT for the question over the linked schema, then validate, run and repair it.
+    `mend`: deterministic fixes applied to every generated query first (the semantic layer's
+    `mend_sql`); their notes go to `QueryRun.mended`.
+    """
     from tools.database import DatabaseUnavailable
 
     tables = tool.link_schema(question)
@@ -30,12 +36,21 @@ def answer_sql(question: str, tool: SQLTool, *, today: str, backend: str | None,
     hints = _hints(tool, question, tables)
     dialect = "PostgreSQL" if tool.dialect == "postgres" else "SQLite"
 
-    def generate(q: str) -> str:
-        return structured_call("text_to_sql", SQLAnswer, "text_to_sql", backend=backend, usage=usage, dialect=dialect,
-                               today=today, schema_text=schema, hints=hints, question=q).sql
+    mended: list[str] = []
 
-    return generate_validate_repair(question, generate, tool.query, fatal=(DatabaseUnavailable,),
-                                    max_repairs=MAX_REPAIRS)
+    def generate(q: str) -> str:
+        sql = structured_call("text_to_sql", SQLAnswer, "text_to_sql", backend=backend, usage=usage, dialect=dialect,
+                              today=today, schema_text=schema, hints=hints, question=q).sql
+        if mend is None:
+            return sql
+        sql, notes = mend(sql)
+        mended.extend(notes)
+        return sql
+
+    run = generate_validate_repair(question, generate, tool.query, fatal=(DatabaseUnavailable,),
+                                   max_repairs=MAX_REPAIRS)
+    run.mended = mended
+    return run
 
 
 def _hints(tool: SQLTool, question: str, tables: list[str]) -> str:

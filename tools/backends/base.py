@@ -309,6 +309,7 @@ class QueryRun:
     rows: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
     error: str | None = None
+    mended: list[str] = field(default_factory=list)  # deterministic fixes applied before the guard ran it
 
 
 def generate_validate_repair(question: str, generate: Callable[[str], str],

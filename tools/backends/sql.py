@@ -5,17 +5,20 @@ writes SQL from scratch, and fills a small typed query object well. So the backe
 layer first (`tools.semantic_layer`: one LLM call fills the object, or none when
 `tools.semantic_direct` accounts for every word; boring-semantic-layer compiles it) and falls back to
 text-to-SQL over the linked schema (`tools.text_to_sql`) when the LLM says the model cannot express
-the question or the object is refused. Both paths run their SQL through
+the question or the object is refused; the fallback's SQL gets the deterministic mends of
+`tools.sql_mend` first (ranked codes read on their scale, anti-joins as left joins). Both paths run their SQL through
 SQLTool's read-only guard; the context records which one answered (`path`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tools.backends.base import BackendCall, Finding, bounded_question, render_rows, row_findings
 from tools.services import Services
+from tramita.base.policyfile import PolicyError
 from tramita.base.text import fold
 
 if TYPE_CHECKING:
@@ -58,10 +61,11 @@ class SQLBackend:
             if question != call.question:
                 context["bounded_question"] = question
             return {**context, "accounted": sem.accounted} if sem.direct else context
-        run = answer_sql(_with_findings(call, question), tool, today=call.today, backend=call.profile, usage=call.usage)
+        run = answer_sql(_with_findings(call, question), tool, today=call.today, backend=call.profile, usage=call.usage,
+                         mend=_mender(call, question))
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,
-                "attempts": sem.attempts + run.attempts,
+                "attempts": sem.attempts + run.attempts, **({"mended": run.mended} if run.mended else {}),
                 **({"bounded_question": question} if question != call.question else {})}
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
@@ -95,6 +99,19 @@ class SQLBackend:
         from tools.backends.vocabulary import semantic_model_vocabulary
 
         return semantic_model_vocabulary(services.settings.semantic_model_file())
+
+
+def _mender(call: BackendCall, question: str) -> Callable[[str], tuple[str, list[str]]] | None:
+    """The semantic layer's `mend_sql` for this question; none when the model cannot be read (the
+    fallback then runs the model's SQL as written).
+    """
+    from tools.semantic_layer import layer_for
+
+    try:
+        layer = layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
+    except (PolicyError, OSError):
+        return None
+    return lambda sql: layer.mend_sql(sql, question)
 
 
 def _values(tool: SQLTool) -> ValueIndex:
