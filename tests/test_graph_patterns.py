@@ -42,6 +42,7 @@ from tools.scripted_model import ScriptedChatModel, rule_based
 from tools.services import Services
 from tramita.base.paths import SAMPLE_DIR
 from tramita.base.policyfile import PolicyError
+from tramita.lab.evaluation.questions import results_match
 
 SHIPPED = SAMPLE_DIR / "graph_patterns.yaml"
 TODAY = "2026-05-15"  # ISO week 2026-W20
@@ -254,16 +255,16 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
      "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'payments-api' RETURN t.name, t.name_en, t.team_id"),
     ("service_owner", {"service": "data-warehouse"},
      "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'data-warehouse' RETURN t.name, t.name_en, t.team_id"),
-    ("on_call_for_service", {"service": "auth-service", "week": "2026-W20", "role": ["primary", "secondary"]},
+    ("on_call_for_service", {"service": "auth-service", "week": ["2026-W20"], "role": ["primary", "secondary"]},
      "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) "
      "WHERE s.service_id = 'auth-service' AND sh.week = '2026-W20' RETURN e.name, sh.role, sh.week"),
-    ("on_call_for_service", {"service": "data-warehouse", "week": "2026-W21", "role": ["primary"]},
+    ("on_call_for_service", {"service": "data-warehouse", "week": ["2026-W21"], "role": ["primary"]},
      "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) "
      "WHERE s.service_id = 'data-warehouse' AND sh.week = '2026-W21' AND sh.role = 'primary' RETURN e.name, sh.role, sh.week"),
-    ("on_call_roster", {"week": "2026-W20", "role": ["primary", "secondary"]},
+    ("on_call_roster", {"week": ["2026-W20"], "role": ["primary", "secondary"]},
      "MATCH (e:Employee)-[o:ON_CALL_FOR]->(:Service) WHERE o.week = '2026-W20' WITH DISTINCT e, o.role AS role "
      "MATCH (e)-[:BELONGS_TO]->(t:Team) RETURN t.name, e.name, role, '2026-W20'"),
-    ("on_call_roster", {"week": "2026-W22", "role": ["secondary"]},
+    ("on_call_roster", {"week": ["2026-W22"], "role": ["secondary"]},
      "MATCH (e:Employee)-[o:ON_CALL_FOR]->(:Service) WHERE o.week = '2026-W22' AND o.role = 'secondary' "
      "WITH DISTINCT e, o.role AS role MATCH (e)-[:BELONGS_TO]->(t:Team) RETURN t.name, e.name, role, '2026-W22'"),
     ("on_call_of_person", {"person": "E046"},
@@ -482,7 +483,7 @@ def test_a_clear_match_with_every_parameter_makes_no_llm_call(engine_and_gazette
     attempt = engine.answer("Who is on call for the data-warehouse next week, primary only?", tool=lbug_tool,
                             today=TODAY, usage=usage, backend="scripted", engine=sql)
     assert attempt.ok and attempt.choice.decision == "clear" and attempt.pattern == "on_call_for_service"
-    assert attempt.params == {"service": "data-warehouse", "week": "2026-W21", "role": ["primary"]}
+    assert attempt.params == {"service": "data-warehouse", "week": ["2026-W21"], "role": ["primary"]}
     assert [r["name"] for r in attempt.rows] == ["Henrique Salgado"]
     assert usage.calls == 0
 
@@ -500,7 +501,44 @@ def test_weeks_are_read_from_the_question(engine_and_gazetteer: tuple[PatternEng
     engine, gazetteer, sql = engine_and_gazetteer
     filled = engine.fill(engine.patterns.pattern("on_call_for_service"), question, today=TODAY,
                          gazetteer=gazetteer, engine=sql)
+    assert filled.problem is None and filled.values["week"] == [expected]
+
+
+MAY = ["2026-W19", "2026-W20", "2026-W21", "2026-W22"]  # the weeks whose Thursday is in May 2026
+JUNE = ["2026-W23", "2026-W24", "2026-W25", "2026-W26"]
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("Who covers the search-service pager in May?", MAY),  # no year: this year's
+    ("Quem fica de sobreaviso do search-service em junho de 2026?", JUNE),
+    ("Quem está de plantão para o search-service no mês que vem?", JUNE),
+    ("Who is on call for search-service during April 2026?",
+     ["2026-W14", "2026-W15", "2026-W16", "2026-W17", "2026-W18"]),  # W18's Thursday is 30 April
+    ("Who may cover the search-service pager?", ["2026-W20"]),  # "may" with no "in" is no month: this week
+    ("Quem está de plantão para o search-service no dia 20 de maio?", ["2026-W21"]),  # a day, not the month
+])
+def test_a_month_is_its_iso_weeks(engine_and_gazetteer: tuple[PatternEngine, Any, Any], question: str,
+                                  expected: list[str]) -> None:
+    engine, gazetteer, sql = engine_and_gazetteer
+    filled = engine.fill(engine.patterns.pattern("on_call_for_service"), question, today=TODAY,
+                         gazetteer=gazetteer, engine=sql)
     assert filled.problem is None and filled.values["week"] == expected
+
+
+def test_the_on_call_of_a_month_gives_the_gold_rows(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
+                                                   lbug_tool: GraphTool) -> None:
+    """Written for this test: one week's shifts alone (the week a single-week reading would take)
+    are not the answer."""
+    engine, _, sql = engine_and_gazetteer
+    attempt = engine.answer("Who was on call for the etl-pipeline in May?", tool=lbug_tool, today=TODAY,
+                            usage=Usage(), backend="scripted", engine=sql)
+    assert attempt.ok and attempt.pattern == "on_call_for_service", attempt.reason
+    gold = rows_of(lbug_tool, "MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service {service_id: 'etl-pipeline'}) "
+                              f"WHERE o.week IN {MAY} RETURN e.name, o.role, o.week")
+    ours = [tuple(r.values()) for r in attempt.rows]
+    assert len({g[2] for g in gold}) > 1 and results_match(gold, ours)
+    one_week = [g for g in gold if g[2] == "2026-W20"]
+    assert not results_match(gold, one_week)
 
 
 def test_an_entity_the_question_leaves_open_comes_from_what_an_earlier_backend_found(
@@ -848,7 +886,7 @@ def test_real_model_chooses_among_close_patterns(local_services: Services) -> No
 def test_real_model_on_call_with_a_relative_week(local_services: Services) -> None:
     ctx, usage = _call(local_services, "Who is on call for etl-pipeline right now?", profile="local")
     assert ctx["path"] == "pattern:on_call_for_service", ctx
-    assert ctx["params"] == {"service": "etl-pipeline", "week": "2026-W20", "role": ["primary", "secondary"]}
+    assert ctx["params"] == {"service": "etl-pipeline", "week": ["2026-W20"], "role": ["primary", "secondary"]}
     assert [(r["name"], r["role"]) for r in ctx["rows"]] == [("Otávio Medeiros", "primary")]
     assert usage.calls == (1 if ctx["pattern_choice"]["by_llm"] else 0)
 

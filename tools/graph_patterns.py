@@ -47,7 +47,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import fold, phrase_starts, span_of, tokens
+from tramita.base.text import MONTHS, fold, phrase_starts, span_of, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -217,6 +217,9 @@ class WeekParam(_ParamBase):
 
     kind: Literal["iso_week"]
     default_offset: int | None = Field(None, description="weeks from today's week when none is named; null: required")
+    many: bool = Field(False, description=(
+        "bind a LIST of weeks (write `x IN $name`): a named week is a list of one, a named month its ISO "
+        "weeks ('who is on call in May?')"))
 
 
 Param = Annotated[IdParam | EnumParam | EntityParam | IntParam | WeekParam, Field(discriminator="kind")]
@@ -346,6 +349,10 @@ class Vocabulary(_Strict):
     """Words, per language, that the typed extraction reads (kept out of the code)."""
 
     week_offsets: dict[int, list[str]] = Field(default_factory=dict, description="weeks from today -> words")
+    month_offsets: dict[int, list[str]] = Field(default_factory=dict, description="months from today's -> words")
+    month_words: list[str] = Field(default_factory=list, description=(
+        "words right before a month's name that make it the month, not another word ('in May', 'em maio'; "
+        "'who may' is no month); a name followed by a year is a month anyway"))
     number_words: dict[int, list[str]] = Field(default_factory=dict, description="number -> words")
     aggregate_words: list[str] = Field(default_factory=list, description=(
         "words of a question that asks for a count, a total or a comparison: patterns return rows, "
@@ -568,7 +575,8 @@ def _iso_week(day: date) -> str:
 
 def _weeks(text: str, today: date, vocab: Vocabulary, *, raw: str) -> list[str]:
     """ISO weeks a text names: '2026-W21', 'W21', relative words, else the week of a date found
-    in `raw` (the unfolded text, whose '13/05' folding would break).
+    in `raw` (the unfolded text, whose '13/05' folding would break), else the weeks of the months
+    it names (`_month_weeks`).
     """
     from tools.business.resolvers import parse_date
 
@@ -584,7 +592,35 @@ def _weeks(text: str, today: date, vocab: Vocabulary, *, raw: str) -> list[str]:
         day = parse_date(raw, today)
         if day:
             found.append(_iso_week(date.fromisoformat(day)))
+    if not found:
+        found = _month_weeks(rest, today, vocab)
     return list(dict.fromkeys(found))
+
+
+def _month_weeks(folded: str, today: date, vocab: Vocabulary) -> list[str]:
+    """The ISO weeks of the months `folded` names: a month's name followed by a year, or after one
+    of `vocab.month_words` (this year's), or a relative month (`vocab.month_offsets`). A week
+    belongs to the month of its Thursday, the ISO 8601 rule, so each week is in one month only.
+    """
+    names = "|".join(MONTHS)
+    months = [(int(y), MONTHS[m]) for m, y in re.findall(rf"\b({names})\s+(?:de\s+|of\s+)?(20\d\d)\b", folded)]
+    lead = "|".join(re.escape(w) for w in sorted({fold(w) for w in vocab.month_words if fold(w)}, key=len, reverse=True))
+    if lead:
+        for m in re.finditer(rf"(?<![\w-])(?:{lead})\s+({names})\b(?!\s+(?:de\s+|of\s+)?\d)", folded):
+            months.append((today.year, MONTHS[m.group(1)]))
+    for offset, words in sorted(vocab.month_offsets.items()):
+        regex = _word_re(words)
+        if regex is not None and regex.search(folded):
+            index = today.year * 12 + today.month - 1 + offset
+            months.append((index // 12, index % 12 + 1))
+    weeks: list[str] = []
+    for year, month in dict.fromkeys(months):
+        day = date(year, month, 1)
+        day += timedelta(days=(3 - day.weekday()) % 7)  # the month's first Thursday
+        while day.month == month:
+            weeks.append(_iso_week(day))
+            day += timedelta(weeks=1)
+    return weeks
 
 
 def _enum_options(param: EnumParam, text: str) -> list[str]:
@@ -843,10 +879,12 @@ class PatternEngine:
                     filled.pending.append(param.name)
             else:
                 weeks = _weeks(rest, day, vocab, raw=question)
-                if len(weeks) == 1:
+                if not weeks and param.default_offset is not None:
+                    weeks = [_iso_week(day + timedelta(weeks=param.default_offset))]
+                if param.many and weeks:
+                    filled.values[param.name] = weeks
+                elif len(weeks) == 1:
                     filled.values[param.name] = weeks[0]
-                elif not weeks and param.default_offset is not None:
-                    filled.values[param.name] = _iso_week(day + timedelta(weeks=param.default_offset))
                 else:
                     filled.pending.append(param.name)
         for param in pattern.parameters:
@@ -918,7 +956,7 @@ class PatternEngine:
             return numbers[0] if len(numbers) == 1 and param.minimum <= numbers[0] <= param.maximum else None
         if isinstance(param, WeekParam):
             weeks = _weeks(text, day, vocab, raw=text)
-            return weeks[0] if len(weeks) == 1 else None
+            return (weeks or None) if param.many else weeks[0] if len(weeks) == 1 else None
         values = list(dict.fromkeys(m.value for m in find_mentions(text, gazetteer, []) if m.source == param.source))
         if len(values) == 1:
             return values[0]

@@ -18,6 +18,14 @@ from tramita.base.policyfile import load_model
 
 MAX_MESSAGE_CHARS = 4000  # longer messages are truncated before any model sees them
 
+# the calendar's month names, folded, in both languages -> month number (1..12)
+MONTHS: dict[str, int] = {
+    **{m: i + 1 for i, m in enumerate(["janeiro", "fevereiro", "marco", "abril", "maio", "junho", "julho", "agosto",
+                                       "setembro", "outubro", "novembro", "dezembro"])},
+    **{m: i + 1 for i, m in enumerate(["january", "february", "march", "april", "may", "june", "july", "august",
+                                       "september", "october", "november", "december"])},
+}
+
 _SURROGATE = re.compile(r"[\ud800-\udfff]")  # invalid UTF-8 decoded with surrogateescape, or JSON "\ud800"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 
