@@ -1271,3 +1271,38 @@ def test_a_list_question_shows_the_rows_an_adjective_names(layer: SemanticLayer,
     gold = _rows(novaops, "SELECT ticket_id FROM tickets WHERE status = 'open' AND assignee_id IS NULL")
     assert gold and results_match(gold, _answer(layer, tool, settled), strict=True)
     assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=True)
+
+
+# ------------------------------------------------------------------------------- roles named by their words
+
+def test_a_role_the_question_names_is_shown(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """Written for this test: "…and who opened it?" filled with the ticket's own columns alone
+    does not answer who; the requester's name is added, and the rows are the gold's."""
+    filled = {"dimensions": ["tickets.ticket_id", "tickets.created_at"],
+              "filters": [{"field": "tickets.status", "op": "=", "value": "in_progress"}],
+              "order": [{"field": "tickets.created_at", "direction": "desc"}], "limit": 1}
+    question = "Which in-progress ticket is the newest, and who opened it?"
+    gold = _rows(novaops, "SELECT t.ticket_id, t.created_at, e.full_name FROM tickets t JOIN employees e "
+                          "ON e.employee_id = t.requester_id WHERE t.status = 'in_progress' "
+                          "ORDER BY t.created_at DESC LIMIT 1")
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert "requester.full_name" in settled.dimensions and any("role requester" in n for n in notes)
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))  # as filled: no name
+
+
+@pytest.mark.parametrize(("question", "filled"), [
+    # the role is a condition (a segment on its column), not a column to show
+    ("Liste os chamados P4 sem responsável.",
+     {"dimensions": ["tickets.ticket_id"], "segments": ["tickets.unassigned"],
+      "filters": [{"field": "tickets.priority", "op": "=", "value": "P4"}]}),
+    # the role's entity is filtered on: its name would repeat the filter
+    ("Which people of the Dados team have a manager in Porto?",
+     {"dimensions": ["employees.full_name"], "filters": [{"field": "manager.office_city", "op": "=", "value": "Porto"}]}),
+    ("Which in-progress ticket is the newest?",  # no role named
+     {"dimensions": ["tickets.ticket_id"], "filters": [{"field": "tickets.status", "op": "=", "value": "in_progress"}]}),
+])
+def test_a_role_that_is_a_condition_or_unnamed_is_not_added(layer: SemanticLayer, question: str,
+                                                            filled: dict[str, Any]) -> None:
+    settled, _ = layer.settle(layer.parse(filled), question)
+    assert not any(d.split(".", 1)[0] in ("requester", "assignee", "manager") for d in settled.dimensions)

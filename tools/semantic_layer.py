@@ -812,6 +812,10 @@ class SemanticLayer:
             if asked:  # the label is now the field a spared column was kept as
                 dropped += [f"{s} ({spared[s]})" for s in kept if s in spared]
                 kept = [k for k in kept if k not in spared]
+            roles = self._named_roles(kept, text, q.filters, segments)
+            if roles and self._lists(q, [*kept, *roles]):
+                kept = [*kept, *roles]
+                dropped += [f"{r} (the question names the role {r.split('.', 1)[0]})" for r in roles]
         if measures and kept and not order:
             # a breakdown that names no order reads largest first (then by its groups, so ties are
             # stable): "how many per office" is answered as a ranking, and a short answer that
@@ -1220,6 +1224,35 @@ class SemanticLayer:
             if _has(text, phrase) or (content and all(_has(text, w) for w in content)):
                 return True
         return False
+
+    def _named_roles(self, kept: list[str], text: str, filters: list[tuple[str, str, Any]], segments: list[str]
+                     ) -> list[str]:
+        """The label of each role (join) of a listed entity that the question names by its name or
+        synonyms and that no field reads yet: "the oldest open ticket, and who asked for it?" filled
+        with the ticket's own columns shows the requester's name. A role a filter or segment is on
+        ("with no assignee"), or whose entity a filter reads ("the people of team X"), is a condition, not a
+        column to show.
+        """
+        fields = [*kept, *(f for f, _, _ in filters)]
+        for name in segments:  # a segment's conditions read columns too ("unassigned": the assignee)
+            prefix, _, seg = name.partition(".")
+            entity = self._entity_of(prefix)
+            segment = self.spec.entities[entity].segments.get(seg) if entity is not None else None
+            fields += [f"{entity}.{c.field}" for c in segment.where] if segment is not None else []
+        out: list[str] = []
+        for prefix in dict.fromkeys(name.split(".", 1)[0] for name in kept):
+            entity = self._entity_of(prefix)
+            if entity is None:
+                continue
+            for jname, join in self.spec.entities[entity].joins.items():
+                label = self._label(join.entity)
+                if label is None or not any(_has(text, w) for w in [jname.replace("_", " "), *join.synonyms]):
+                    continue
+                if any(f.startswith(f"{jname}.") or f in (f"{prefix}.{join.column}", f"{entity}.{join.column}")
+                       for f in fields) or any(self._entity_of(f.split(".", 1)[0]) == join.entity for f, _, _ in filters):
+                    continue
+                out.append(f"{jname}.{label}")
+        return list(dict.fromkeys(out))
 
     def _entity_of(self, prefix: str) -> str | None:
         """The entity a name's prefix stands for: itself, or the target of a join role."""
