@@ -20,6 +20,7 @@ from nodes.synthesize import (
     LIST_ROWS,
     clean_answer,
     complete_list,
+    name_records,
     render_contexts,
     stored_spelling,
     synthesize,
@@ -316,3 +317,26 @@ def test_a_restated_question_and_an_announcing_line_are_left_out() -> None:
     stated = "Helena Prado approved the most:\n9 claims in June [SQL]."
     assert without_preamble(stated, question, block) == stated
     assert without_preamble(question, question, block) == question  # nothing else: the text stays
+
+
+CLAIM = {"backend": "sql", "rows": [{"expenses.expense_id": "EXP-0931", "employees.full_name": "Rita Sol",
+                                     "expenses.amount_usd": 812.5}]}
+
+
+def test_an_answer_about_records_it_does_not_name_gets_their_ids() -> None:
+    """The largest claim answered by its person and amount: the id follows, in the answer's language."""
+    out = name_records("A maior despesa foi de US$ 812,50, da Rita Sol.", [CLAIM], "pt", "Qual foi a maior despesa?")
+    assert out.endswith("Registros: EXP-0931.")
+    two = {"backend": "sql", "rows": [{"request_id": "BQ-0007", "delta": 5}, {"request_id": "BQ-0009", "delta": 7}]}
+    assert name_records("Two requests, for 5 and 7.", [two], "en").endswith("Records: BQ-0007, BQ-0009.")
+
+
+@pytest.mark.parametrize(("answer", "question", "context"), [
+    ("A despesa EXP-0931 foi da Rita Sol.", "De quem é a maior despesa?", CLAIM),  # named already
+    ("Foi da Rita Sol.", "De quem é a EXP-0931?", CLAIM),  # the question names it
+    ("Rita Sol.", "Quem?", {"backend": "sql", "rows": [{"employee_id": "E031", "name": "Rita Sol"}]}),  # no code
+    ("Rita Sol.", "Quem?", {"backend": "sql", "rows": [{"owner": "EXP-0931"}]}),  # not an id column
+    ("Many.", "?", {"backend": "sql", "rows": [{"ticket_id": f"TK-{i}"} for i in range(LIST_ROWS + 1)]}),  # too long
+])
+def test_records_named_or_not_records_are_left_alone(answer: str, question: str, context: dict[str, Any]) -> None:
+    assert name_records(answer, [context], "pt", question) == answer
