@@ -338,3 +338,25 @@ def test_a_later_source_reads_the_found_set_in_place_of_the_clause_it_answers() 
     empty = Finding("graph", column="service", values=(), clause=found.clause)
     assert bounded_question(part, [empty]) == part
     assert bounded_question(part, [Finding("graph", column="service", values=found.values)]) == part
+
+
+def test_a_pronoun_after_a_passage_is_asked_about_the_one_name_it_holds(novaops_services: Services) -> None:
+    """Written for this test: the passage (an earlier source's) names one person and a team; the
+    database part that points back at "her" asks about people, so it is about that person. Two
+    people named, no word that points back, or a set an earlier source found: the part is left as it is."""
+    from tools.backends.sql import _named_referent
+
+    part = "E quantas pessoas reportam diretamente a ela?"
+    one = "A coordenação do programa fica com Priscila Antunes, com apoio do time Dados."
+    two = "A coordenação fica com Priscila Antunes e com Fábio Queiroz."
+
+    def call(question: str, given: tuple[Finding, ...]) -> str:
+        c = BackendCall(question=question, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"Quem coordena o programa? {question}", given=given)
+        return _named_referent(c, question)
+
+    assert call(part, (Finding(backend="docs", text=one),)) == f"{part} (ela: Priscila Antunes)"
+    assert call(part, (Finding(backend="docs", text=two),)) == part
+    assert call("E quantas pessoas trabalham em Lisboa?", (Finding(backend="docs", text=one),)) == \
+        "E quantas pessoas trabalham em Lisboa?"
+    assert call(part, (Finding(backend="docs", text=one), Finding(backend="sql", values=("E001",)))) == part

@@ -1306,3 +1306,20 @@ def test_a_role_that_is_a_condition_or_unnamed_is_not_added(layer: SemanticLayer
                                                             filled: dict[str, Any]) -> None:
     settled, _ = layer.settle(layer.parse(filled), question)
     assert not any(d.split(".", 1)[0] in ("requester", "assignee", "manager") for d in settled.dimensions)
+
+
+def test_a_filter_on_one_person_goes_through_the_role_the_question_names(layer: SemanticLayer, tool: SQLTool,
+                                                                        novaops: Path) -> None:
+    """Written for this test: "how many people report to X" filled as a count of X is 1; through
+    the manager role the question names it is X's reports, the gold's count."""
+    filled = {"measures": ["employees.count"],
+              "filters": [{"field": "employees.full_name", "op": "=", "value": "Priscila Antunes"}]}
+    gold = _rows(novaops, "SELECT COUNT(*) FROM employees e JOIN employees m ON e.manager_id = m.employee_id "
+                          "WHERE m.full_name = 'Priscila Antunes'")
+    settled, notes = layer.settle(layer.parse(filled), "Quantas pessoas reportam diretamente à Priscila Antunes?")
+    assert ("manager.full_name", "=", "Priscila Antunes") in settled.filters and notes
+    assert gold[0][0] > 1 and results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))
+    # no role named: a count of the people called so stays one
+    alone, _ = layer.settle(layer.parse(filled), "Quantas pessoas se chamam Priscila Antunes?")
+    assert ("employees.full_name", "=", "Priscila Antunes") in alone.filters

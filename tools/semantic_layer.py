@@ -112,6 +112,8 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that carry no slot of a query (articles, auxiliaries, 'now')")
     reference_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that point at what an earlier source found (those, esses)")
+    pronouns: dict[str, list[str]] = Field(
+        default_factory=dict, description="personal pronouns that point at one thing named before (ela, her)")
     recency_cues: dict[Literal["latest", "earliest"], list[str]] = Field(
         default_factory=dict, description="words for the newest or the oldest row of an entity")
     row_references: dict[str, list[str]] = Field(
@@ -153,6 +155,7 @@ class FoldedCues:
     least: frozenset[str] = frozenset()  # superlatives that rank smallest first
     comparative: frozenset[str] = frozenset()  # "than": a superlative word then one of these compares
     number_prepositions: frozenset[str] = frozenset()  # "de": ... compares when a number follows
+    pronouns: frozenset[str] = frozenset()  # "ela", "her": one thing named before
 
 
 @lru_cache(maxsize=4)
@@ -173,7 +176,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       tuple(" ".join(fold(w).split()) for ws in f.row_references.values() for w in ws),
                       words(f.day_cues) | frozenset(MONTHS),
                       tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws),
-                      words(f.least_words), words(f.comparative_words), words(f.number_prepositions))
+                      words(f.least_words), words(f.comparative_words), words(f.number_prepositions),
+                      words(f.pronouns))
 
 
 class SemanticQueryError(ValueError):
@@ -597,7 +601,9 @@ class SemanticLayer:
         on a count of tickets) is written through the role that entity has to the same target and that
         the question names ("atribuídos a" → assignee), or through its only such role. A field written
         through the plain entity name, which follows the default role, takes the one other role the
-        question names instead ("quem mais aprovou" → approver, not the spender).
+        question names instead ("quem mais aprovou" → approver, not the spender). A filter on one row
+        of the measures' own entity goes through the role that entity has to itself when the question
+        names that role ("how many people report to X" counts X's reports, not X).
 
         Why: the small model copies a role from another entity's worked example; the refusal costs a
         repair call, and the repaired query often drops the person altogether.
@@ -610,6 +616,16 @@ class SemanticLayer:
                  for j, join in self.spec.entities[e].joins.items()} | dict(self.spec.entities[base].joins)
         renamed: dict[str, str] = {}
         words = text.split()
+        ent = self.spec.entities[base]
+        for name in [f for f, _, _ in q.filters]:
+            role, _, member = name.partition(".")
+            if role == base and member in (self._label(base), ent.primary_key):
+                # a filter naming one row of the entity, through the one role the entity has to
+                # itself that the question names ("quantas pessoas reportam à X": the manager)
+                own = [j for j, join in ent.joins.items() if join.entity == base
+                       and any(_says(words, phrase) for phrase in [j, *join.synonyms])]
+                if len(own) == 1:
+                    renamed[name] = f"{own[0]}.{member}"
         for name in [*q.dimensions, *(f for f, _, _ in q.filters), *(f for f, _ in q.order)]:
             role, _, member = name.partition(".")
             if role in owned or name in renamed or role == base:
@@ -1253,6 +1269,23 @@ class SemanticLayer:
                     continue
                 out.append(f"{jname}.{label}")
         return list(dict.fromkeys(out))
+
+    def referents(self, text: str, hits: Iterable[tuple[str, str, str]]) -> list[str]:
+        """The stored labels among `hits` (table, column, value: what the value index found in an
+        earlier source's passages) of the entities `text` names by their words or by a role's
+        words (a join's synonyms name its target): "quantas pessoas reportam a ela" after a
+        passage naming one person and two teams is about that person.
+        """
+        folded = " " + " ".join(re.findall(r"\w+", fold(text))) + " "
+        kinds = {e for e in self.spec.entities if any(_has(folded, w) for w in self._entity_words(e))}
+        kinds |= {j.entity for ent in self.spec.entities.values() for name, j in ent.joins.items()
+                  if any(_has(folded, w) for w in [name.replace("_", " "), *j.synonyms])}
+        columns = set()
+        for entity in kinds:
+            label, ent = self._label(entity), self.spec.entities[entity]
+            if label is not None and label in ent.dimensions and not ent.dimensions[label].expr:
+                columns.add((ent.table_name(entity), ent.dimensions[label].column or label))
+        return list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
 
     def _entity_of(self, prefix: str) -> str | None:
         """The entity a name's prefix stands for: itself, or the target of a join role."""

@@ -51,7 +51,7 @@ class SQLBackend:
 
         tool = call.services.sql_tool
         call = replace(call, given=(*call.given, *_antecedent(call)))
-        question = bounded_question(call.question, call.given)
+        question = _named_referent(call, bounded_question(call.question, call.given))
         sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
@@ -139,6 +139,32 @@ def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
     rest = call.whole.replace(call.question, " ", 1)
     hits = _values(call.services.sql_tool).match(rest)
     return tuple(Finding(backend="question", values=(v,)) for v in dict.fromkeys(h.value for h in hits))
+
+
+def _named_referent(call: BackendCall, question: str) -> str:
+    """`question` with the one name an earlier source's passages hold for what it points back at,
+    written after the word that points ("… reportam a ela (ela: X)"), when the part says a
+    reference word or pronoun, no earlier source found a set, and the passages name exactly one
+    stored label of the kinds the part asks about (`SemanticLayer.referents`).
+
+    Why: the part alone ("quantas pessoas reportam direto a ela") names nobody, and the query
+    counted everyone who has a manager; the person is in the passage the documents found.
+    """
+    from tools.semantic_layer import folded_cues, layer_for
+
+    if any(f.values for f in call.given):
+        return question
+    text = "\n".join(f.text for f in call.given if f.text)
+    cues = folded_cues()
+    said = [w for w in fold(question).split() if w in cues.references | cues.pronouns]
+    if not text.strip() or not said:
+        return question
+    try:
+        layer = layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
+    except (PolicyError, OSError):
+        return question
+    names = layer.referents(question, [(h.table, h.column, h.value) for h in _values(call.services.sql_tool).match(text)])
+    return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
 
 
 def _with_findings(call: BackendCall, question: str) -> str:
