@@ -360,3 +360,8 @@ def test_a_pronoun_after_a_passage_is_asked_about_the_one_name_it_holds(novaops_
     assert call("E quantas pessoas trabalham em Lisboa?", (Finding(backend="docs", text=one),)) == \
         "E quantas pessoas trabalham em Lisboa?"
     assert call(part, (Finding(backend="docs", text=one), Finding(backend="sql", values=("E001",)))) == part
+    # a passage that names many longer values first: the person is still found
+    crowded = ("Ver doc-pol-data-retention, doc-pol-incident-sla, doc-pol-change-mgmt, doc-pol-hybrid-work e "
+               "doc-pol-procurement; times Site Reliability Engineering e Platform Engineering; serviço "
+               "notification-service. " + one)
+    assert call(part, (Finding(backend="docs", text=crowded),)) == f"{part} (ela: Priscila Antunes)"
