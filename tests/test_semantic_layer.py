@@ -1406,3 +1406,22 @@ def test_scale_side_rules() -> None:
 def test_unparsable_sql_is_left_to_the_guard() -> None:
     assert mend("SELEC priority >= 'P2' FROM", "sqlite", {("tickets", "priority"): URGENCY}, " more urgent ") == \
         ("SELEC priority >= 'P2' FROM", [])
+
+
+def test_an_aggregate_of_the_column_it_is_grouped_by_is_each_row_s_value(layer: SemanticLayer, tool: SQLTool,
+                                                                        novaops: Path) -> None:
+    """Written for this test: "the pending hardware claims, and the amount of each one" filled as a
+    sum of the amount per amount is one value per amount, which hides which claim asked it; the
+    rows are each claim's own. When the question asks for the total, the total is kept instead."""
+    filled = {"measures": ["expenses.sum_amount_usd"], "dimensions": ["expenses.amount_usd"],
+              "filters": [{"field": "expenses.status", "op": "=", "value": "pending"},
+                          {"field": "expenses.category", "op": "=", "value": "hardware"}]}
+    rows, notes = layer.settle(layer.parse(filled), "Quais despesas de hardware estão pendentes, e qual o valor de cada uma?")
+    gold = _rows(novaops, "SELECT expense_id, amount_usd FROM expenses WHERE status = 'pending' AND category = 'hardware'")
+    assert not rows.measures and any("each row's own value" in n for n in notes)
+    assert len(gold) > 1 and results_match(gold, _answer(layer, tool, rows))
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))  # as filled: no claim named
+    total, _ = layer.settle(layer.parse(filled), "Qual o valor total das despesas de hardware pendentes?")
+    gold_total = _rows(novaops, "SELECT SUM(amount_usd) FROM expenses WHERE status = 'pending' AND category = 'hardware'")
+    assert total.measures == ["expenses.sum_amount_usd"] and results_match(gold_total, _answer(layer, tool, total),
+                                                                           strict=True)

@@ -786,6 +786,18 @@ class SemanticLayer:
         renamed = dict(zip(q.measures, measures, strict=True))
         order = [(renamed.get(f, f), d) for f, d in q.order if f not in gone]
         limit = q.limit
+        for m in list(measures):
+            column = self._over_shown(m, kept)
+            if column is None:
+                continue
+            if self._aggregation_said(m, tokens):  # "o aumento total": one figure, not one per value
+                kept = [d for d in kept if d != column]
+                order = [(f, d) for f, d in order if f != column]
+                dropped.append(f"{column} (the question asks for the {m} itself, not one per value)")
+            else:  # "the increase asked in each one": the rows' own values, not a sum per value
+                measures = [x for x in measures if x != m]
+                order = [(f, d) for f, d in order if f != m]
+                dropped.append(f"{m} (an aggregate of the column it is grouped by: each row's own value)")
         record = self._extreme_record(measures, kept, tokens)
         if record is not None:  # "which expense was the largest" is that expense, not the amount alone
             dropped.append(f"{measures[0]} (the question asks which {measures[0].split('.', 1)[0]} has it: "
@@ -1240,6 +1252,28 @@ class SemanticLayer:
             if _has(text, phrase) or (content and all(_has(text, w) for w in content)):
                 return True
         return False
+
+    def _over_shown(self, measure: str, kept: list[str]) -> str | None:
+        """The dimension of `kept` that `measure` sums, averages or takes the extreme of
+        (`sum(change)` grouped by `change`: one value per group, the column's own), or None.
+        """
+        found = self._measure(measure)
+        if found is None:
+            return None
+        prefix, _, m = found
+        column = f"{prefix}.{m.column}"
+        return column if m.agg in ("sum", "avg", "min", "max") and m.column is not None and column in kept else None
+
+    def _aggregation_said(self, measure: str, tokens: list[str]) -> bool:
+        """Whether the question says the measure's aggregation ("total", "média"; a superlative for
+        a minimum or a maximum).
+        """
+        found = self._measure(measure)
+        if found is None:
+            return False
+        agg, cues = found[2].agg, folded_cues()
+        return any(phrase_starts(tokens, w) for w in cues.aggregations.get(agg, ())) or (
+            agg in ("min", "max") and bool(cues.superlatives & set(tokens)))
 
     def _named_roles(self, kept: list[str], text: str, filters: list[tuple[str, str, Any]], segments: list[str]
                      ) -> list[str]:
