@@ -530,11 +530,14 @@ def _signature(gazetteer: Gazetteer | None) -> str:
 # =========================================================================== typed extraction
 
 
+def _alternation(words: Iterable[str]) -> str:
+    """The folded `words` as one regex alternation, longest first ("" for none)."""
+    return "|".join(re.escape(f) for f in sorted({fold(w) for w in words if fold(w)}, key=len, reverse=True))
+
+
 def _word_re(words: Iterable[str]) -> re.Pattern[str] | None:
-    forms = sorted({fold(w) for w in words if fold(w)}, key=len, reverse=True)
-    if not forms:
-        return None
-    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in forms) + r")(?![\w-])")
+    forms = _alternation(words)
+    return re.compile(r"(?<![\w-])(" + forms + r")(?![\w-])") if forms else None
 
 
 def _units_of(pattern: GraphPattern, name: str) -> list[str]:
@@ -604,7 +607,7 @@ def _month_weeks(folded: str, today: date, vocab: Vocabulary) -> list[str]:
     """
     names = "|".join(MONTHS)
     months = [(int(y), MONTHS[m]) for m, y in re.findall(rf"\b({names})\s+(?:de\s+|of\s+)?(20\d\d)\b", folded)]
-    lead = "|".join(re.escape(w) for w in sorted({fold(w) for w in vocab.month_words if fold(w)}, key=len, reverse=True))
+    lead = _alternation(vocab.month_words)
     if lead:
         for m in re.finditer(rf"(?<![\w-])(?:{lead})\s+({names})\b(?!\s+(?:de\s+|of\s+)?\d)", folded):
             months.append((today.year, MONTHS[m.group(1)]))

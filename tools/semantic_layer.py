@@ -897,8 +897,7 @@ class SemanticLayer:
         this model's ranked columns read on their scale by the question's words, and anti-joins
         written as inner joins made left joins; a note per mend.
         """
-        text = " " + " ".join(re.findall(r"\w+", fold(question))) + " "
-        return mend(sql, self.dialect, self.scales, text)
+        return mend(sql, self.dialect, self.scales, _spaced(question))
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -1296,7 +1295,7 @@ class SemanticLayer:
                 continue
             for jname, join in self.spec.entities[entity].joins.items():
                 label = self._label(join.entity)
-                if label is None or not any(_has(text, w) for w in [jname.replace("_", " "), *join.synonyms]):
+                if label is None or not _role_said(text, jname, join):
                     continue
                 if any(f.startswith(f"{jname}.") or f in (f"{prefix}.{join.column}", f"{entity}.{join.column}")
                        for f in fields) or any(self._entity_of(f.split(".", 1)[0]) == join.entity for f, _, _ in filters):
@@ -1310,10 +1309,10 @@ class SemanticLayer:
         words (a join's synonyms name its target): "quantas pessoas reportam a ela" after a
         passage naming one person and two teams is about that person.
         """
-        folded = " " + " ".join(re.findall(r"\w+", fold(text))) + " "
+        folded = _spaced(text)
         kinds = {e for e in self.spec.entities if any(_has(folded, w) for w in self._entity_words(e))}
         kinds |= {j.entity for ent in self.spec.entities.values() for name, j in ent.joins.items()
-                  if any(_has(folded, w) for w in [name.replace("_", " "), *j.synonyms])}
+                  if _role_said(folded, name, j)}
         columns = set()
         for entity in kinds:
             label, ent = self._label(entity), self.spec.entities[entity]
@@ -1942,6 +1941,16 @@ class SemanticLayer:
             if word:
                 add(f"'{word}' → {ename}")
         return out
+
+
+def _spaced(text: str) -> str:
+    """The folded words of `text`, space-joined and space-padded (what `_has` looks in)."""
+    return " " + " ".join(re.findall(r"\w+", fold(text))) + " "
+
+
+def _role_said(text: str, name: str, join: Join) -> bool:
+    """Whether the spaced, folded `text` names the join role `name` by its name or a synonym."""
+    return any(_has(text, w) for w in [name.replace("_", " "), *join.synonyms])
 
 
 def _scale(dim: Dimension) -> Scale | None:

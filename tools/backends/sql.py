@@ -22,6 +22,7 @@ from tramita.base.policyfile import PolicyError
 from tramita.base.text import fold
 
 if TYPE_CHECKING:
+    from tools.semantic_layer import SemanticLayer
     from tools.sql_tool import SQLTool
     from tools.sql_values import ValueIndex
 
@@ -101,17 +102,24 @@ class SQLBackend:
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
 
-def _mender(call: BackendCall, question: str) -> Callable[[str], tuple[str, list[str]]] | None:
-    """The semantic layer's `mend_sql` for this question; none when the model cannot be read (the
-    fallback then runs the model's SQL as written).
+def _layer(call: BackendCall) -> SemanticLayer | None:
+    """The semantic layer, or None when the model file cannot be read (what needs it is then skipped;
+    `answer_semantic` reports the file's error).
     """
     from tools.semantic_layer import layer_for
 
     try:
-        layer = layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
+        return layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
     except (PolicyError, OSError):
         return None
-    return lambda sql: layer.mend_sql(sql, question)
+
+
+def _mender(call: BackendCall, question: str) -> Callable[[str], tuple[str, list[str]]] | None:
+    """The semantic layer's `mend_sql` for this question; none when the model cannot be read (the
+    fallback then runs the model's SQL as written).
+    """
+    layer = _layer(call)
+    return None if layer is None else (lambda sql: layer.mend_sql(sql, question))
 
 
 def _values(tool: SQLTool) -> ValueIndex:
@@ -150,18 +158,16 @@ def _named_referent(call: BackendCall, question: str) -> str:
     Why: the part alone ("quantas pessoas reportam direto a ela") names nobody, and the query
     counted everyone who has a manager; the person is in the passage the documents found.
     """
-    from tools.semantic_layer import folded_cues, layer_for
+    from tools.semantic_layer import folded_cues
 
     if any(f.values for f in call.given):
         return question
     text = "\n".join(f.text for f in call.given if f.text)
     cues = folded_cues()
-    said = [w for w in fold(question).split() if w in cues.references | cues.pronouns]
-    if not text.strip() or not said:
-        return question
-    try:
-        layer = layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
-    except (PolicyError, OSError):
+    pointing = cues.references | cues.pronouns
+    said = [w for w in fold(question).split() if w in pointing]
+    layer = _layer(call) if text.strip() and said else None
+    if layer is None:
         return question
     # every name the passages hold: the value index's default cap keeps the longest few, and long
     # service names crowded the one person out
