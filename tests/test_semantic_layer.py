@@ -35,7 +35,7 @@ from tools.semantic_model import (
     load_semantic_model,
 )
 from tools.sql_mend import Scale, mend, scale_side
-from tools.sql_tool import SQLTool
+from tools.sql_tool import SQLExecutionError, SQLTool
 from tramita.base.paths import SAMPLE_DIR
 from tramita.base.policyfile import PolicyError
 from tramita.lab.evaluation.questions import results_match, sql_is_ordered
@@ -1392,6 +1392,33 @@ def test_a_subquery_is_mended_in_its_own_scope() -> None:
     mended, notes = mend(wrote, "sqlite", {("tk", "priority"): URGENCY}, " more urgent than p3 ")
     assert "tk.priority IN ('P1', 'P2', 'P3')" not in mended and "IN ('P1', 'P2')" in mended
     assert "grade > 'P3'" in mended and len(notes) == 1  # svc.grade has no scale
+
+
+def test_a_column_under_the_wrong_alias_moves_to_the_one_table_that_has_it(layer: SemanticLayer, tool: SQLTool,
+                                                                           novaops: Path) -> None:
+    """Written for this test: "the open tickets each person holds, with their priority" qualified
+    the priority by the people's alias; employees has no priority, tickets has, so it is the ticket's."""
+    wrote = ("SELECT e.full_name, e.priority FROM tickets t JOIN employees e ON t.assignee_id = e.employee_id "
+             "WHERE t.status = 'open'")
+    gold = _rows(novaops, "SELECT e.full_name, t.priority FROM tickets t JOIN employees e "
+                          "ON t.assignee_id = e.employee_id WHERE t.status = 'open'")
+    mended, notes = layer.mend_sql(wrote, "Which open tickets does each person hold, and how urgent are they?")
+    with pytest.raises(SQLExecutionError, match="no such column"):
+        tool.query(wrote)
+    assert gold and results_match(gold, _ours(tool, mended))
+    assert notes == ["e.priority read as t.priority: employees has no column priority, tickets has"]
+
+
+@pytest.mark.parametrize("wrote", [
+    # two other tables have the column: which one is meant is not for a rule to say
+    "SELECT e.status FROM tickets t JOIN employees e ON t.assignee_id = e.employee_id JOIN projects p ON 1 = 1",
+    # no table of the SELECT has it: the guard's error goes to the repair call
+    "SELECT e.colour FROM tickets t JOIN employees e ON t.assignee_id = e.employee_id",
+    # the alias's own table has it
+    "SELECT t.status FROM tickets t JOIN employees e ON t.assignee_id = e.employee_id",
+])
+def test_other_qualifiers_are_left_as_written(layer: SemanticLayer, wrote: str) -> None:
+    assert layer.mend_sql(wrote, "Which tickets does each person hold?") == (wrote, [])
 
 
 def test_scale_side_rules() -> None:

@@ -892,12 +892,18 @@ class SemanticLayer:
                           for ename, ent in self.spec.entities.items() for dname, d in ent.dimensions.items()
                           if not d.expr and (scale := _scale(d)) is not None])
 
+    @cached_property
+    def live_columns(self) -> dict[str, frozenset[str]]:
+        """Table -> its columns in the live schema (for `mend_sql`'s qualifier mend)."""
+        return {table: frozenset(info.columns) for table, info in self.catalog.items()}
+
     def mend_sql(self, sql: str, question: str) -> tuple[str, list[str]]:
         """Raw SQL (the fallback's) with the deterministic mends of `tools.sql_mend`: comparisons on
-        this model's ranked columns read on their scale by the question's words, and anti-joins
-        written as inner joins made left joins; a note per mend.
+        this model's ranked columns read on their scale by the question's words, anti-joins written
+        as inner joins made left joins, and columns under the wrong alias moved to the one table of
+        the SELECT that has them; a note per mend.
         """
-        return mend(sql, self.dialect, self.scales, _spaced(question))
+        return mend(sql, self.dialect, self.scales, _spaced(question), self.live_columns)
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:

@@ -9,8 +9,14 @@ repair loop never sees them:
   e.employee_id IS NULL`): an inner join never yields a NULL join key, so the query is empty by
   construction; the writer meant the rows with no match, a left join.
 
-Both rules are sound on their own terms (the second changes only a query that cannot return a row);
-the scales come from the semantic model, so no domain word is here.
+A third mistake fails with an error the repair call rarely mends (it rewrites the query and keeps
+the slip): a column qualified by the wrong alias (`T2.status` where `T2` is employees and the
+status is the request's). When the live schema puts that column in exactly one other table of the
+same SELECT, the qualifier is that table's alias.
+
+The rules are sound on their own terms (the second changes only a query that cannot return a row,
+the third only a query that cannot run); the scales and columns come from the semantic model and
+the live schema, so no domain word is here.
 """
 
 from __future__ import annotations
@@ -59,9 +65,11 @@ def scale_side(scale: Scale, op: str, value: str, text: str, *, words_only: bool
                   f"{'top' if toward_top else 'bottom'}")
 
 
-def mend(sql: str, dialect: str, scales: Mapping[tuple[str, str], Scale], text: str) -> tuple[str, list[str]]:
-    """`sql` with both mends applied (module docstring), and a note per mend for the trace; the
+def mend(sql: str, dialect: str, scales: Mapping[tuple[str, str], Scale], text: str,
+         columns: Mapping[str, frozenset[str]] | None = None) -> tuple[str, list[str]]:
+    """`sql` with the mends applied (module docstring), and a note per mend for the trace; the
     text as it came, and no note, when nothing applies or it does not parse (the guard reports that).
+    `columns`: table -> its live columns, for the qualifier mend (none without it).
     """
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
@@ -72,6 +80,7 @@ def mend(sql: str, dialect: str, scales: Mapping[tuple[str, str], Scale], text: 
     notes: list[str] = []
     for select in list(tree.find_all(exp.Select)):
         tables = _tables(select)
+        notes += _requalified(select, tables, columns or {})
         notes += _left_anti_joins(select)
         notes += _on_scales(select, tables, scales, text)
     return (tree.sql(dialect=dialect), notes) if notes else (sql, [])
@@ -91,6 +100,29 @@ def _tables(select: exp.Select) -> dict[str, str]:
 def _own(node: exp.Expression, select: exp.Select) -> bool:
     """Whether `node` belongs to `select` itself, not to a subquery inside it."""
     return node.find_ancestor(exp.Select) is select
+
+
+def _requalified(select: exp.Select, tables: Mapping[str, str], columns: Mapping[str, frozenset[str]]
+                 ) -> list[str]:
+    """Columns qualified by an alias whose table lacks them, moved to the one other alias whose table
+    has them (module docstring); a column no table, or two, of this SELECT has stays for the guard.
+    """
+    notes = []
+    for column in list(select.find_all(exp.Column)):
+        alias = column.table
+        if not alias or alias not in tables or not _own(column, select):
+            continue
+        held = columns.get(tables[alias])
+        if held is None or column.name in held:
+            continue
+        owners = {a for a, t in tables.items() if column.name in columns.get(t, frozenset())}
+        if len(owners) != 1:
+            continue
+        (owner,) = owners
+        column.set("table", exp.to_identifier(owner))
+        notes.append(f"{alias}.{column.name} read as {owner}.{column.name}: {tables[alias]} has no column "
+                     f"{column.name}, {tables[owner]} has")
+    return notes
 
 
 def _left_anti_joins(select: exp.Select) -> list[str]:
