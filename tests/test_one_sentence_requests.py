@@ -162,6 +162,24 @@ def test_someone_elses_ability_stays_a_question(as_user: Any, msg: str) -> None:
     assert "plan" in r.trace["nodes"]
 
 
+@pytest.mark.parametrize("msg", ["Chamados abertos por prioridade", "Gasto com treinamento por equipe em 2025",
+                                 "Incidentes por severidade no último trimestre", "Incidents by severity last quarter"])
+def test_a_report_title_is_a_question_not_a_guessed_tool_or_a_refusal(as_user: Any, msg: str) -> None:
+    """Written for this test: no request verb, no question mark, no clear tool and no value of a
+    near tool's: a report is asked for. Before, the router guessed a write tool for the first two
+    and the last two met the permission refusal of the tool they resemble."""
+    r = as_user("E006").turn("t", msg)
+    assert r.transaction is None and not r.trace["executed_tool"] and not r.trace["refused"], r.answer
+    assert "plan" in r.trace["nodes"]
+
+
+def test_a_terse_request_that_carries_its_values_is_still_a_request(as_user: Any) -> None:
+    """The counter-case: the same shape with the tool's own values (an amount, a quarter) is the
+    tool's, refused here with the permission message because E006 may not run it."""
+    r = as_user("E006").turn("t", "another 7000 for my team in 2026-Q2")
+    assert r.trace["refused"] and "plan" not in r.trace["nodes"], r.answer
+
+
 # ----------------------------------------------------------------------------- unknown entities
 
 def test_an_unknown_service_is_named_in_the_refusal(as_user: Any) -> None:

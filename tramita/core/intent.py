@@ -13,9 +13,12 @@ Then the request form (`request_forms.read_form`, data in policies/request_forms
   is refused with the permission message, whatever the question mark says;
 - a modal about someone else ("a Luciana pode aprovar a EXP-…?") is a question;
 - otherwise the registry's margin rule decides clear matches with zero calls and the LLM router is
-  asked only when the top permitted candidates are close. A question-form message that is not a
-  request is a tool request only for a lookup that carries its id ("qual o status do TCK-1140?",
-  "who has TCK-1144?"), otherwise a question for plan → retrieve → synthesize.
+  asked only when the top permitted candidates are close. When no tool is clear (close, or the best
+  one denied) and none near finds a value of its own in a message that is neither a request form
+  nor a question, the message is a question (a report title), not a router's guess or a refusal.
+  A question-form message that is not a request is a tool request only for a lookup that carries
+  its id ("qual o status do TCK-1140?", "who has TCK-1144?"), otherwise a question for plan →
+  retrieve → synthesize.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ def carries_value(spec: ToolSpec, text: str, s: Services) -> bool:
     """
     found = deterministic(spec, text, s.engine, synonyms_for(spec))
     return any(kind_of(spec.properties[k]) == "id" for k in found.values)
+
+
+def carries_any(spec: ToolSpec, text: str, s: Services) -> bool:
+    """Does the message carry any value of the tool's (an id, a name, an enum word, an amount)?"""
+    return bool(deterministic(spec, text, s.engine, synonyms_for(spec)).values)
 
 
 def tables_mentioned(text: str, specs: builtins.list[ToolSpec]) -> set[str]:
@@ -163,6 +171,15 @@ def classify(text: str, ctx: Context, s: Services, usage: Usage, *, exclude: str
             return Intent(kind="question", reason=f"question form; no lookup of {match.best} carries a value")
         return _decided(reg.get(lookups[0].name, ctx.tenant), lookups[0].score, "lookup question", ctx, s, text,
                         exclude)
+    if not question and not form.request and match.decision in ("close", "denied"):
+        near = [c for c in match.candidates if match.candidates[0].score - c.score < reg.margin * 3]
+        if not any(carries_any(reg.get(c.name, ctx.tenant), text, s) for c in near):
+            # neither a request form nor a question mark, no clear tool, and none of the near ones
+            # finds one of its values in the message: a report title (a measure "per" a grouping),
+            # not an action; the 1.5B router picks a tool for it anyway, and a permission refusal
+            # would answer a request nobody made
+            return Intent(kind="question" if len(words(text)) >= 3 else "none",
+                          reason="no clear tool, none near carries a value of its own: read as a question")
     if match.decision == "denied":
         groups = ", ".join(reg.required_groups(spec)) or "—"
         return Intent(kind="refuse", tool=spec.name, score=match.candidates[0].score,
