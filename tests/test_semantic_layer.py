@@ -1452,3 +1452,19 @@ def test_an_aggregate_of_the_column_it_is_grouped_by_is_each_row_s_value(layer: 
     gold_total = _rows(novaops, "SELECT SUM(amount_usd) FROM expenses WHERE status = 'pending' AND category = 'hardware'")
     assert total.measures == ["expenses.sum_amount_usd"] and results_match(gold_total, _answer(layer, tool, total),
                                                                            strict=True)
+
+
+def test_an_aggregate_of_the_column_only_the_order_names_is_each_row_s_value(layer: SemanticLayer, tool: SQLTool,
+                                                                            novaops: Path) -> None:
+    """The same mistake with the column named only in the order (the compiler groups by it too):
+    "the pending training claims, largest first, and what each one costs"."""
+    filled = {"measures": ["expenses.sum_amount_usd"], "dimensions": [],
+              "filters": [{"field": "expenses.status", "op": "=", "value": "pending"},
+                          {"field": "expenses.category", "op": "=", "value": "training"}],
+              "order": [{"field": "expenses.amount_usd", "direction": "desc"}]}
+    question = "Which training claims are still pending, largest first, and what does each one cost?"
+    rows, notes = layer.settle(layer.parse(filled), question)
+    gold = _rows(novaops, "SELECT expense_id, amount_usd FROM expenses WHERE status = 'pending' AND category = 'training'")
+    assert not rows.measures and any("each row's own value" in n for n in notes)
+    assert len(gold) > 1 and results_match(gold, _answer(layer, tool, rows))
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))

@@ -787,7 +787,8 @@ class SemanticLayer:
         order = [(renamed.get(f, f), d) for f, d in q.order if f not in gone]
         limit = q.limit
         for m in list(measures):
-            column = self._over_shown(m, kept)
+            # a dimension only the order names is grouped by too: the compiler selects it
+            column = self._over_shown(m, [*kept, *(f for f, _ in order if f in self.dimension_names)])
             if column is None:
                 continue
             if self._aggregation_said(m, tokens):  # "o aumento total": one figure, not one per value
@@ -795,6 +796,7 @@ class SemanticLayer:
                 order = [(f, d) for f, d in order if f != column]
                 dropped.append(f"{column} (the question asks for the {m} itself, not one per value)")
             else:  # "the increase asked in each one": the rows' own values, not a sum per value
+                kept += [] if column in kept else [column]
                 measures = [x for x in measures if x != m]
                 order = [(f, d) for f, d in order if f != m]
                 dropped.append(f"{m} (an aggregate of the column it is grouped by: each row's own value)")
