@@ -38,7 +38,6 @@ _LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ resu
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
 _TABLE_LINE = re.compile(r"^\s*\||\S \| \S")  # a result-table line, two columns or more
-_FIELD_LINE = re.compile(r"^(\s*(?:[-*•]\s+)?)([\w.]+(?: \([^()\n]{1,20}\))?): (?=\S)")  # "teams.name: Dados"
 _SENTENCE = re.compile(r".+?(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)  # "23.183,12" does not end a sentence
 _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*")
@@ -146,18 +145,13 @@ def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
     - lines carrying a context label (`rows:`, `(no rows)`, `query:`) or a traceback go, and so
-      does exception text (`SomethingError: …`), and result-table lines copied verbatim; a copied
-      "column: value" line of a one-row result keeps its value only;
+      does exception text (`SomethingError: …`), and result-table lines copied verbatim;
     - a citation tag stays only when the context shows that tag with material under it AND its
       sentence shares a word or number with that material (the answer used it); any other tag,
       invented or unused, goes;
     - "R$" becomes the context's "US$" when the context never shows reais.
     """
-    fields = {m.group(2) for ln in block.splitlines() if (m := _FIELD_LINE.match(ln))}
     lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
-    # a one-row result's "column: value" line copied: the value stays, the column's name goes
-    lines = [_FIELD_LINE.sub(lambda m: m.group(1), ln, count=1)
-             if (m := _FIELD_LINE.match(ln)) and m.group(2) in fields else ln for ln in lines]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
     text = "\n".join(kept if any(k.strip() for k in kept) else _table_as_list(lines))
     text = _EXCEPTION.sub("", text)

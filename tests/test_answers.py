@@ -269,19 +269,6 @@ def test_an_answer_that_is_only_a_copied_table_becomes_a_plain_list() -> None:
     assert not leaks(cleaned)
 
 
-def test_a_one_row_result_is_shown_column_by_column_and_a_copied_column_name_goes() -> None:
-    """Written for this test: a lone value is stated beside its column's name; a line of the answer
-    that copies "column: value" keeps the value, and a sentence with a colon of its own stays."""
-    one = {"backend": "sql", "rows": [{"teams.cost_center": "CC-410", "teams.name": "Vendas"}]}
-    block = render_contexts([one], "pt")
-    assert block == "[SQL] 1 result:\nteams.cost_center: CC-410\nteams.name: Vendas"
-    assert clean_answer("- teams.cost_center: CC-410\nteams.name: Vendas", block) == "- CC-410\nVendas"
-    kept = "O centro de custo é CC-410 [SQL].\nNota: o time é Vendas [SQL]."
-    assert clean_answer(kept, block) == kept
-    two = {"backend": "sql", "rows": [{"teams.name": "Vendas"}, {"teams.name": "Dados"}]}
-    assert render_contexts([two], "pt") == "[SQL] 2 results:\nteams.name\nVendas\nDados"
-
-
 def test_a_copied_api_label_line_is_removed() -> None:
     block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
     cleaned = clean_answer("Three services are degraded.\n[api:listServiceStatuses] data: service_id: api-gateway", block)

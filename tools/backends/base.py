@@ -285,12 +285,7 @@ def present_rows(context: dict[str, Any], lang: str, units: Mapping[str, str] | 
 
 def render_rows(tag: str, context: dict[str, Any], max_rows: int = 25) -> str:
     """A query backend's result for synthesis: a compact table under its citation tag, column
-    names first (with units), one line per row; one row as one "column: value" line per column.
-    No query, no JSON, no label to copy.
-
-    Why one row differs: under a one-line header the small model read a lone value as part of the
-    pattern's description ("the team that owns the service" answered with no team); beside its
-    column's name it is stated.
+    names first (with units), one line per row; no query, no JSON, no label to copy.
     """
     rows = [r for r in context.get("rows") or [] if isinstance(r, dict)]
     if not rows:
@@ -299,11 +294,7 @@ def render_rows(tag: str, context: dict[str, Any], max_rows: int = 25) -> str:
         context = present_rows(context, "en")
     columns: list[str] = context.get("columns") or list(rows[0])
     units: dict[str, str] = context.get("units") or {}
-    names = [f"{c} ({units[c]})" if c in units and units[c] != "USD" else c for c in columns]
-    if len(rows) == 1:
-        row = context["rows"][0]
-        return f"[{tag}] 1 result:\n" + "\n".join(f"{n}: {row.get(c, '')}" for n, c in zip(names, columns, strict=True))
-    head = " | ".join(names)
+    head = " | ".join(f"{c} ({units[c]})" if c in units and units[c] != "USD" else c for c in columns)
     lines = [" | ".join(str(r.get(c, "")) for c in columns) for r in context["rows"][:max_rows]]
     more = f"\n… {len(rows) - max_rows} more" if len(rows) > max_rows else ""
     count = f"{len(rows)} result{'s' if len(rows) != 1 else ''}"
