@@ -341,6 +341,26 @@ def test_a_backend_the_question_names_nothing_of_is_no_candidate(planner: BagOfW
     assert ph.route(question, SimpleNamespace()).matches[0].ranked == before.matches[0].ranked
 
 
+def test_a_relation_of_any_depth_requires_the_graph(novaops_services: Any, planner: BagOfWords,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written for this test. The real hook reads the patterns' own depth words: a word that takes a
+    depth to its whole range names a path of any length, which a database join does not follow;
+    "directly" (one hop) and a question with no depth word do not. The route then plans the graph
+    beside what the scores chose."""
+    graph = BACKENDS["graph"]
+    for closure in ("Quantos chamados abertos têm os serviços que dependem do etl-pipeline, direta ou indiretamente?",
+                    "What is the total spend of everyone under Gonçalo Pereira, at any depth?",
+                    "Quantas pessoas estão abaixo da Beatriz Nunes, em qualquer nível?"):
+        assert graph.required_by(novaops_services, closure), closure
+    for plain in ("Quem se reporta diretamente à Beatriz Nunes?", "Quantas despesas pendentes há por categoria?"):
+        assert not graph.required_by(novaops_services, plain), plain
+    question = "quantas despesas pendentes por categoria"
+    assert "graph" not in ph.route(question, SimpleNamespace()).chosen
+    monkeypatch.setattr(ph, "required", lambda _q, _s: ["graph"])
+    routed = ph.route(question, SimpleNamespace())
+    assert "graph" in routed.required and ("graph" in routed.chosen or routed.decision != "clear")
+
+
 def test_the_database_and_the_graph_say_when_a_question_names_nothing_they_hold(novaops_services: Any) -> None:
     """The real hooks: the semantic model's words and the value index (sql); the gazetteer, ids,
     weeks and the patterns' floor with e5 (graph). A question about a rule names neither."""

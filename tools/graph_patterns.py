@@ -1047,6 +1047,15 @@ class PatternEngine:
                                  engine=engine).problem is None
                        for c in self.rank(question, gazetteer).candidates if c.score >= floor)
 
+    def names_closure(self, question: str) -> bool:
+        """Whether the question's words take a pattern's depth to its whole range ("direta ou
+        indiretamente", "transitively": an int parameter's `word_values` at its maximum, above its
+        minimum). Such a relation is a path of any length, which only the graph follows; a
+        database query over one join answers its first step only. No LLM call.
+        """
+        return any(isinstance(p, IntParam) and p.maximum > p.minimum and p.said_value(question) == p.maximum
+                   for pat in self.patterns.patterns for p in pat.parameters)
+
     def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
         """Whether the question asks for an aggregate the patterns do not count (a total, an
         average, a count of other things) over a relation a pattern matches clearly and fills from

@@ -85,6 +85,15 @@ class GraphBackend:
             sql = None
         return PatternEngine.for_file(path).leaves_aggregate(question, engine=sql, tool=services.graph_tool)
 
+    def required_by(self, services: Services, text: str) -> bool:
+        """Whether the question names a relation of any depth (`PatternEngine.names_closure`): the
+        graph is then in the plan whatever the scores say, as the documents are for a named policy.
+        """
+        from tools.graph_patterns import PatternEngine
+
+        path = services.settings.graph_patterns_file()
+        return path.exists() and PatternEngine.for_file(path).names_closure(text)
+
     def names_nothing(self, services: Services, text: str) -> bool:
         """Whether `text` names no node the graph holds and comes near no named pattern
         (`PatternEngine.names_nothing`); without a patterns file, nothing is known: False.

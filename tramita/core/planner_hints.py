@@ -19,7 +19,9 @@ backends:
   above the patterns' floor) is no candidate for that text: the small model fills a query for any
   question, and a rule asked of the database came back as an unrelated count;
 - a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
-  and the words the document titles share) reaches the documents;
+  and the words the document titles share) reaches the documents, and a backend whose
+  `required_by` hook claims the question is in the plan too (the graph: a relation of any depth,
+  "direta ou indiretamente", read from the patterns' own depth words);
 - nothing clear → `Route.decision` is "close" (the LLM chooses among the backends within the
   margin) or "none" (below the floor: the LLM chooses among all).
 
@@ -433,6 +435,13 @@ def hands_on(question: str, services: Services) -> list[str]:
     return _saying("leaves_aggregate", services, question)
 
 
+def required(question: str, services: Services) -> list[str]:
+    """The backends whose `required_by(services, question)` hook says the question needs them
+    whatever the scores say (the graph: a relation of any depth).
+    """
+    return _saying("required_by", services, question)
+
+
 def silent(text: str, services: Services) -> set[str]:
     """The backends whose `names_nothing(services, text)` hook says `text` names nothing they hold.
     Such a backend is not a candidate for `text`: its query would answer another question.
@@ -508,21 +517,24 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
     docs = ["docs"] if kinds and "docs" in names else []
+    named = [n for n in required(question, services) if n in names and n not in docs]
+    needed = [*docs, *named]
     whole, pieces = matches[0], matches[1:]
     # one question: its own match decides; a question asking several things is clear only when
     # every part is (each part then adds its winner), otherwise the LLM sees all their candidates
     decided = pieces if pieces else [whole]
     if all(x.decision == "clear" for x in decided):
-        chosen = [n for n in names if n in {x.best for x in decided} | set(docs)]
-        why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "")
-        return Route("clear", chosen, chosen, matches, why, docs, hands_on=relation_only)
+        chosen = [n for n in names if n in {x.best for x in decided} | set(needed)]
+        why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "") + \
+            (f"; {', '.join(named)} required by its words" if named else "")
+        return Route("clear", chosen, chosen, matches, why, needed, hands_on=relation_only)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
-        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", docs,
+        return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", needed,
                      hands_on=relation_only)
-    candidates = {n for x in matches for n in x.close} | set(docs)
+    candidates = {n for x in matches for n in x.close} | set(needed)
     ordered = [n for n, _ in whole.ranked if n in candidates]
     # without the LLM, a question that asks two things takes each part's top source: one source
     # for a two-part question loses the other part's answer
     tops = {x.ranked[0][0] for x in pieces if x.ranked and x.decision != "none"}
-    best = [n for n in names if n in tops | set(docs)] if len(tops) > 1 else []
-    return Route("close", [], ordered, matches, "close backends: the LLM decides", docs, best, relation_only)
+    best = [n for n in names if n in tops | set(needed)] if len(tops) > 1 else []
+    return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only)
