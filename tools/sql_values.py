@@ -67,9 +67,11 @@ class ValueIndex:
         """The number of indexed values; `value_index` does not cache an empty index (the database may be down)."""
         return len(self._entries)
 
-    def match(self, question: str, tables: Iterable[str] | None = None, limit: int = MAX_HITS) -> list[ValueHit]:
+    def match(self, question: str, tables: Iterable[str] | None = None, limit: int | None = MAX_HITS
+              ) -> list[ValueHit]:
         """Values written in the question, longest first; only in `tables` when given (the
         linked ones: a hint about a table the prompt does not show only confuses the model).
+        `limit`: the most hits kept (None: all, for a passage read for its names rather than a prompt).
         """
         text = fold(question)
         allowed = set(tables) if tables is not None else None
@@ -83,7 +85,7 @@ class ValueIndex:
                 continue
             hits.append(hit)
             covered.append(key)
-            if len(hits) >= limit:
+            if limit is not None and len(hits) >= limit:
                 break
         return hits
 

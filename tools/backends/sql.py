@@ -171,7 +171,7 @@ def _named_referent(call: BackendCall, question: str) -> str:
         return question
     # every name the passages hold: the value index's default cap keeps the longest few, and long
     # service names crowded the one person out
-    found = _values(call.services.sql_tool).match(text, limit=len(text))
+    found = _values(call.services.sql_tool).match(text, limit=None)
     names = layer.referents(question, [(h.table, h.column, h.value) for h in found])
     return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
 
