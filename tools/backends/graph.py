@@ -18,7 +18,7 @@ from tools.backends.base import PART_JOINER, BackendCall, Finding, render_rows, 
 from tools.services import Services
 
 if TYPE_CHECKING:
-    from tools.graph_patterns import PatternAttempt
+    from tools.graph_patterns import PatternAttempt, PatternEngine
 
 log = logging.getLogger("tramita.graph")
 
@@ -74,36 +74,28 @@ class GraphBackend:
         """Whether a named pattern answers the question's relation but not its aggregate (see
         `PatternEngine.leaves_aggregate`): the planner then adds a source that aggregates.
         """
-        from tools.graph_patterns import PatternEngine
-
-        path = services.settings.graph_patterns_file()
-        if not path.exists():
+        engine = _patterns(services)
+        if engine is None:
             return False
         try:
             sql = services.engine
         except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph only
             sql = None
-        return PatternEngine.for_file(path).leaves_aggregate(question, engine=sql, tool=services.graph_tool)
+        return engine.leaves_aggregate(question, engine=sql, tool=services.graph_tool)
 
     def required_by(self, services: Services, text: str) -> bool:
         """Whether the question names a relation of any depth (`PatternEngine.names_closure`): the
         graph is then in the plan whatever the scores say, as the documents are for a named policy.
         """
-        from tools.graph_patterns import PatternEngine
-
-        path = services.settings.graph_patterns_file()
-        return path.exists() and PatternEngine.for_file(path).names_closure(text)
+        engine = _patterns(services)
+        return engine is not None and engine.names_closure(text)
 
     def names_nothing(self, services: Services, text: str) -> bool:
         """Whether `text` names no node the graph holds and comes near no named pattern
         (`PatternEngine.names_nothing`); without a patterns file, nothing is known: False.
         """
-        from tools.graph_patterns import PatternEngine
-
-        path = services.settings.graph_patterns_file()
-        if not path.exists():
-            return False
-        return PatternEngine.for_file(path).names_nothing(text, engine=services.engine, tool=services.graph_tool)
+        engine = _patterns(services)
+        return engine is not None and engine.names_nothing(text, engine=services.engine, tool=services.graph_tool)
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The rows' text columns: the set a later backend's part of the question is about."""
@@ -170,3 +162,11 @@ class GraphBackend:
             log.warning("graph patterns failed: %s", exc)
             return None, f"pattern path failed: {type(exc).__name__}: {exc}"[:400]
         return attempt, attempt.reason
+
+
+def _patterns(services: Services) -> PatternEngine | None:
+    """The deployment's pattern engine for the planner's hooks; None without a patterns file."""
+    from tools.graph_patterns import PatternEngine
+
+    path = services.settings.graph_patterns_file()
+    return PatternEngine.for_file(path) if path.exists() else None

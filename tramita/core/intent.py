@@ -63,13 +63,17 @@ def carries_value(spec: ToolSpec, text: str, s: Services) -> bool:
     """Does the message carry one of the tool's *identifiers* (EXP-0150, TCK-1140)? Names and
     enum words ("payments-api", "P2") appear in ordinary questions too, so they do not count.
     """
-    found = deterministic(spec, text, s.engine, synonyms_for(spec))
-    return any(kind_of(spec.properties[k]) == "id" for k in found.values)
+    return any(kind_of(spec.properties[k]) == "id" for k in _values_in(spec, text, s))
 
 
 def carries_any(spec: ToolSpec, text: str, s: Services) -> bool:
     """Does the message carry any value of the tool's (an id, a name, an enum word, an amount)?"""
-    return bool(deterministic(spec, text, s.engine, synonyms_for(spec)).values)
+    return bool(_values_in(spec, text, s))
+
+
+def _values_in(spec: ToolSpec, text: str, s: Services) -> dict[str, object]:
+    """The tool's parameters the message gives a value, read without an LLM."""
+    return dict(deterministic(spec, text, s.engine, synonyms_for(spec)).values)
 
 
 def tables_mentioned(text: str, specs: builtins.list[ToolSpec]) -> set[str]:
