@@ -378,3 +378,30 @@ def test_the_database_and_the_graph_say_when_a_question_names_nothing_they_hold(
     for ranking in ("Qual serviço acumulou mais incidentes desde o ano passado?",
                     "Which service has the longest list of incidents?"):
         assert graph.names_nothing(novaops_services, ranking), ranking
+
+
+def test_a_described_item_with_synonyms_is_matched_by_its_description_alone_too(tmp_path: Any) -> None:
+    """A synonym list dilutes the description's text for e5: "production incidents — primary
+    affected service: serviço principal, …" scored below the bare description for an English
+    question about it. Both texts are in the vocabulary; an item with only one of them gives one."""
+    from tools.backends.vocabulary import semantic_model_vocabulary
+    from tramita.base.paths import SAMPLE_DIR
+
+    texts = semantic_model_vocabulary(SAMPLE_DIR / "semantic_model.yaml")
+    described = [t for t in texts if t.startswith("production incidents — primary affected service")]
+    assert "production incidents — primary affected service" in described
+    assert any(t.endswith("primary service, main service") for t in described), described
+    assert len([t for t in texts if t.startswith("production incidents — SEV1 = worst")]) == 2
+    assert len([t for t in texts if t.startswith("production incidents — incident commander")]) <= 1
+
+
+def test_the_primary_service_of_incidents_is_a_database_question(novaops_services: Any) -> None:
+    """Written for this test, real e5 and the ingested stores: the incidents' primary service is a
+    column (the schema says so), not a document heading; before the semantic model declared its
+    words, "principal" and "registrados" were words only the documents used, and the documents won
+    the close match."""
+    for question in ("Quais os 5 serviços que mais foram serviço principal de incidentes?",
+                     "Quantos incidentes registrados tiveram o search-api como serviço principal?",
+                     "How many incidents had search-api as their main service?"):
+        routed = ph.route(question, novaops_services)
+        assert (routed.chosen or routed.best or routed.candidates[:1]) == ["sql"], (question, routed.trace())

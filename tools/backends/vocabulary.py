@@ -68,6 +68,8 @@ def _semantic_texts(path: Path) -> list[str]:
             for item in group.values():
                 if item.description or item.synonyms:
                     texts.append(_phrase(f"{ent.description} — {item.description}".strip(" —"), item.synonyms))
+                if item.description and item.synonyms:
+                    texts.append(f"{ent.description} — {item.description}")
         for name, dim in ent.dimensions.items():  # a dated column is counted per day, week, month ...
             words = [w for g in dim.time_grains for w in grains.get(g, [])]
             if words:
