@@ -173,6 +173,25 @@ def test_a_report_title_is_a_question_not_a_guessed_tool_or_a_refusal(as_user: A
     assert "plan" in r.trace["nodes"]
 
 
+@pytest.mark.parametrize("msg", ["Open tickets per priority", "Open incidents by severity?",
+                                 "open tickets for search-api"])
+def test_a_verb_that_is_the_state_of_the_rows_it_precedes_is_a_question(as_user: Any, msg: str) -> None:
+    """Written for this test: "open" before a word for tickets or incidents is their status (the
+    semantic model's value), so the message names rows. Before, the verb "open" chose the create
+    tool, and the user was asked for a service and a title."""
+    r = as_user("E006").turn("t", msg)
+    assert r.transaction is None and not r.trace["executed_tool"] and not r.trace["refused"], r.answer
+    assert "plan" in r.trace["nodes"]
+
+
+@pytest.mark.parametrize("msg", ["Open a ticket for search-api", "please open tickets for search-api",
+                                 "Open ticket for search-api: the login page times out"])
+def test_the_same_verb_before_an_article_an_opener_or_a_detail_still_opens_a_ticket(as_user: Any, msg: str) -> None:
+    """The counter-cases: an article, an opener or a free-text marker keep "open" a request."""
+    r = as_user("E006").turn("t", msg)
+    assert r.transaction is not None and r.transaction["tool"] == "create_ticket", r.answer
+
+
 def test_a_terse_request_that_carries_its_values_is_still_a_request(as_user: Any) -> None:
     """The counter-case: the same shape with the tool's own values (an amount, a quarter) is the
     tool's, refused here with the permission message because E006 may not run it."""

@@ -85,3 +85,15 @@ def test_the_policy_file_is_validated_and_names_real_tools() -> None:
     tools = {t["name"] for t in read_yaml(POLICIES_DIR / "tools.yaml")["tools"]}
     assert set(forms.actions) <= tools
     assert all(isinstance(w, str) for per in forms.actions.values() for ws in per.values() for w in ws)
+
+
+def test_a_bare_opening_verb_reports_the_word_after_it() -> None:
+    """`bare` and `after` let the intent read "Open tickets per priority" as a noun phrase: only a
+    verb that opens the message with no opener nor benefactive is bare."""
+    form = read_form("Open tickets per priority")
+    assert form.tools == ("create_ticket",) and form.bare and form.after == "tickets"
+    assert read_form("ok, open tickets by service").after == "tickets"
+    for asked in ("could you open tickets for me", "please open a ticket", "open a ticket for me"):
+        form = read_form(asked)
+        assert form.tools == ("create_ticket",) and not form.bare, asked
+    assert read_form("open").after == ""

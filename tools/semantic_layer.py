@@ -1875,6 +1875,15 @@ class SemanticLayer:
                     return out, [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
         return q, []
 
+    def names_by_state(self, state: str, noun: str) -> bool:
+        """Whether `state noun` names rows of an entity by a state ("open tickets", "active
+        incidents"): `noun` is the entity's name or a one-word synonym, `state` one of its one-word
+        values or segments. An English imperative may be such an adjective; a phrase is no action.
+        """
+        noun, state = fold(noun), fold(state)
+        return any(noun in {fold(w) for w in (name, *ent.synonyms)} and state in self._value_words(name)
+                   for name, ent in self.spec.entities.items())
+
     def names_anything(self, question: str, value_hits: Iterable[tuple[str, str, str]]) -> bool:
         """Whether the question names anything the model holds: a stored value of its columns, or
         an entity, member, segment or value by its declared words. A period alone names nothing:

@@ -10,8 +10,10 @@ Optional hooks, looked up by name: `vocabulary(services)` (texts the planner mat
 a later stage reads), `warm(services, today, profile)` (the static prompt prefixes its LLM
 calls share, evaluated ahead of the first question by `tramita warm`), and
 `leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate),
-`names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it);
-an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
+`names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it),
+`required_by(services, text)` (the question needs the backend whatever the scores say), and
+`names_by_state(services, phrase)` (two words name rows it holds by their state: "open tickets" is a
+noun phrase, not the verb "open" and its object); an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
 `stands_in = True` one that writes its own query over records, so it may answer a question another
 such backend failed to query (the plan's `standby`).
 """

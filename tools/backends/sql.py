@@ -95,6 +95,16 @@ class SQLBackend:
         layer = layer_for(services.settings.semantic_model_file(), tool)
         return not layer.names_anything(text, [(h.table, h.column, h.value) for h in _values(tool).match(text)])
 
+    def names_by_state(self, services: Services, phrase: str) -> bool:
+        """Whether a two-word `phrase` names rows the database holds by their state ("open tickets"),
+        read from the semantic model (`SemanticLayer.names_by_state`).
+        """
+        from tools.semantic_layer import layer_for
+
+        first, _, second = phrase.partition(" ")
+        layer = layer_for(services.settings.semantic_model_file(), services.sql_tool)
+        return bool(second) and layer.names_by_state(first, second)
+
     def vocabulary(self, services: Services) -> list[str]:
         """What the database holds, in the semantic model's words (the planner embeds these)."""
         from tools.backends.vocabulary import semantic_model_vocabulary

@@ -11,7 +11,9 @@ Then the request form (`request_forms.read_form`, data in policies/request_forms
   carries, by the registry's scores: zero LLM calls unless the verb's tools score close. A lookup
   verb ("check") selects a lookup only when the message carries its id. A tool the user may not run
   is refused with the permission message, whatever the question mark says;
-- a modal about someone else ("a Luciana pode aprovar a EXP-…?") is a question;
+- a modal about someone else ("a Luciana pode aprovar a EXP-…?") is a question, and so is an
+  opening verb that, with the word after it, names rows by their state ("Open tickets per
+  priority": a backend's `names_by_state` hook, read from the semantic model's values);
 - otherwise the registry's margin rule decides clear matches with zero calls and the LLM router is
   asked only when the top permitted candidates are close. When no tool is clear (close, or the best
   one denied) and none near finds a value of its own in a message that is neither a request form
@@ -37,6 +39,7 @@ from tools.registry_models import ToolSpec
 from tools.services import Services
 from tramita.base.text import is_question, words
 from tramita.core.extraction import deterministic, kind_of
+from tramita.core.planner_hints import names_by_state
 from tramita.core.replies import say
 from tramita.core.request_forms import Form, read_form
 from tramita.core.spans import head_clause
@@ -155,6 +158,10 @@ def classify(text: str, ctx: Context, s: Services, usage: Usage, *, exclude: str
     question = is_question(text)
     if form.about_others:
         return Intent(kind="question", reason="asks about someone else's ability")
+    if form.tools and form.bare and form.after and head == text and names_by_state(f"{form.verb} {form.after}", s):
+        # "Open tickets per priority": the verb is the state of the rows the next word names; the
+        # registry's scores read it as the create tool, whose description shares every word
+        return Intent(kind="question", reason=f"{form.verb!r} {form.after!r} names rows by their state")
     if form.tools:
         by_verb = _by_verb(form, head, text, ctx, s, usage, exclude)
         if by_verb is not None:

@@ -442,6 +442,13 @@ def required(question: str, services: Services) -> list[str]:
     return _saying("required_by", services, question)
 
 
+def names_by_state(phrase: str, services: Services) -> bool:
+    """Whether a backend's `names_by_state(services, phrase)` hook reads the two words as rows it
+    holds named by their state ("open tickets"): a noun phrase, not an imperative and its object.
+    """
+    return bool(_saying("names_by_state", services, phrase))
+
+
 def silent(text: str, services: Services) -> set[str]:
     """The backends whose `names_nothing(services, text)` hook says `text` names nothing they hold.
     Such a backend is not a candidate for `text`: its query would answer another question.

@@ -92,13 +92,17 @@ def _at(words: list[str], i: int, phrases: list[tuple[str, ...]]) -> tuple[str, 
 @dataclass(frozen=True)
 class Form:
     """How a message asks: `request` (addressed to the assistant as a request), `about_others`
-    (a modal about someone else's ability), the `tools` its opening verb names and that `verb`.
+    (a modal about someone else's ability), the `tools` its opening verb names and that `verb`;
+    `bare` when the verb opens the message with no opener nor benefactive, and `after` the folded
+    word right after it (an English verb may be the adjective of a noun phrase: "open tickets").
     """
 
     request: bool = False
     about_others: bool = False
     tools: tuple[str, ...] = ()
     verb: str = ""
+    bare: bool = False
+    after: str = ""
 
 
 def read_form(text: str, path: Path = REQUEST_FORMS_FILE) -> Form:
@@ -127,7 +131,9 @@ def read_form(text: str, path: Path = REQUEST_FORMS_FILE) -> Form:
         return Form(request=True, tools=tuple(tools), verb=" ".join(verb or ()))
     verb = _at(words, i, [a for a, _ in _actions(path)])
     if verb:
-        return Form(request=True, tools=tuple(dict(_actions(path))[verb]), verb=" ".join(verb))
+        nxt = i + len(verb)
+        return Form(request=True, tools=tuple(dict(_actions(path))[verb]), verb=" ".join(verb),
+                    bare=not benefactive, after=words[nxt] if nxt < len(words) else "")
     # a modal after a subject: "a Luciana pode aprovar?", "can Luciana approve?" (not "você pode")
     for k in range(i, min(len(words), i + 6)):
         if _at(words, k, t["modals"]):
