@@ -854,10 +854,31 @@ class SemanticLayer:
             order = [(d, "asc") for d in grains] if grains else [(measures[0], "desc"), *((d, "asc") for d in kept)]
             dropped.append(f"order {order[0][0]} {order[0][1]} (a breakdown reads "
                            f"{'in time order' if grains else 'largest first'})")
+        if not measures and kept and not order and limit is None:
+            own = self._own_order(kept, q.filters)
+            if own is not None:
+                order = [(own, "asc")]
+                dropped.append(f"order {own} asc (a list reads in its records' own order)")
         if not dropped:
             return q, []
         out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
+
+    def _own_order(self, kept: list[str], filters: list[tuple[str, str, Any]]) -> str | None:
+        """The field a list of records reads in when the question names no order: the date of the
+        listed entity a period is on ("who joined in 2025": by hire date), else its key (ids count
+        up as records are made), else nothing (the dimensions' own order, as before). The listed
+        entity is the first field's, when that field is the entity's own and not a role's.
+        """
+        prefix = kept[0].partition(".")[0]
+        ent = self.spec.entities.get(prefix)
+        if ent is None:
+            return None
+        dated = [f for f, _, _ in filters if f in kept and f.partition(".")[0] == prefix and self._dated(f)]
+        if dated:
+            return dated[0]
+        key = f"{prefix}.{ent.primary_key}" if ent.primary_key else ""
+        return key if key in kept else None
 
     def _lists(self, q: QueryObject, dimensions: list[str]) -> bool:
         """Whether a list of `dimensions` under `q`'s segments and filters plans (one base entity reaches them)."""
