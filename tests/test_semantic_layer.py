@@ -399,6 +399,10 @@ def test_settle_lists_records_in_their_own_order(layer: SemanticLayer, tool: SQL
     named = {**hired, "order": [{"field": "employees.full_name", "direction": "asc"}]}
     assert layer.settle(layer.parse(named), "Quem entrou em 2024, em ordem alfabética?")[0].order == \
         [("employees.full_name", "asc")]
+    stale = {"dimensions": ["tickets.ticket_id", "tickets.updated_at"],
+             "filters": [{"field": "tickets.updated_at", "op": "<", "value": "2026-03-01"}]}
+    assert layer.settle(layer.parse(stale), "Which tickets were last touched before March 2026?")[0].order == \
+        [("tickets.ticket_id", "asc")]  # a bound is a condition, not the span the list covers
     people = {"dimensions": ["employees.full_name", "employees.role"],
               "filters": [{"field": "employees.office_city", "op": "=", "value": "Recife"}]}
     assert layer.settle(layer.parse(people), "Who works in the Recife office, and in what role?")[0].order == []

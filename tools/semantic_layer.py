@@ -866,15 +866,17 @@ class SemanticLayer:
 
     def _own_order(self, kept: list[str], filters: list[tuple[str, str, Any]]) -> str | None:
         """The field a list of records reads in when the question names no order: the date of the
-        listed entity a period is on ("who joined in 2025": by hire date), else its key (ids count
-        up as records are made), else nothing (the dimensions' own order, as before). The listed
-        entity is the first field's, when that field is the entity's own and not a role's.
+        listed entity a period is on ("who joined in 2025": the span the list covers, by hire
+        date), else its key (ids count up as records are made; a bound such as "not touched since
+        March" is a condition, not the list's span), else nothing (the dimensions' own order, as
+        before). The listed entity is the first field's, when that field is the entity's own.
         """
         prefix = kept[0].partition(".")[0]
         ent = self.spec.entities.get(prefix)
         if ent is None:
             return None
-        dated = [f for f, _, _ in filters if f in kept and f.partition(".")[0] == prefix and self._dated(f)]
+        dated = [f for f, op, _ in filters if op == "=" and f in kept and f.partition(".")[0] == prefix
+                 and self._dated(f)]
         if dated:
             return dated[0]
         key = f"{prefix}.{ent.primary_key}" if ent.primary_key else ""
