@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -23,7 +24,7 @@ from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, lang_of, svc, trace, user_text
 from tools.backends import BACKENDS
-from tools.backends.base import present_rows
+from tools.backends.base import column_units, format_number, present_rows
 from tools.llm import LLMError, Usage, text_call
 from tramita.base.logmask import get_logger
 from tramita.base.text import fold
@@ -242,6 +243,7 @@ def stored_spelling(answer: str, contexts: list[dict[str, Any]]) -> str:
 
 
 LIST_ROWS = 12  # a result this short is a list the answer can name in full
+_GROUPED = re.compile(r"\bGROUP\s+BY\b", re.IGNORECASE)
 
 
 def _labels(rows: list[dict[str, Any]]) -> list[str]:
@@ -253,7 +255,26 @@ def _labels(rows: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, question: str | None = None) -> str:
+def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lang: str,
+                  units: Mapping[str, str]) -> list[str]:
+    """Each label with its row's one figure ("Dados (US$ 961,00)") when the rows are a breakdown:
+    a grouped query (GROUP BY), one row per label and exactly one numeric column. Why: a list of
+    the groups alone drops what was asked of each ("gasto por time" answered with one team's total
+    and the teams' names). Otherwise the labels as they are (a path's hop counts are no figure).
+    """
+    if not _GROUPED.search(query):
+        return labels
+    numeric = [c for c in rows[0] if all(isinstance(r.get(c), int | float | Decimal) and not isinstance(r.get(c), bool)
+                                         for r in rows)]
+    if len(numeric) != 1 or len(labels) != len(rows):
+        return labels
+    column = numeric[0]
+    unit = column_units(query, list(rows[0]), units).get(column)
+    return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
+
+
+def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, question: str | None = None,
+                  units: Mapping[str, str] | None = None) -> str:
     """The answer, plus the full list when it names some rows of a short query result but not all
     of them. Why: the 1.5B model stops listing after three or four items ("depends on A, B and C"
     out of seven rows), or names only the first level of a chain, and a user cannot tell a cut
@@ -276,7 +297,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
         if (2 if one else 1) <= len(named) < len(labels) or unread:
-            answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
+            items = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
+            answer = f"{answer}\n{say('full_list', lang, items='; '.join(items) if items != labels else ', '.join(labels))}"
             folded = fold(answer)
     return answer
 
@@ -334,7 +356,8 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         sources = ", ".join(source_name(c["backend"]) for c in answered)
         return {"answer": say("no_rows", lang, sources=sources), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:no-rows")}
-    block = render_contexts(answered, lang, _units(ctx))
+    units = _units(ctx)
+    block = render_contexts(answered, lang, units)
     try:
         answer = text_call("synthesis", "synthesize", backend=ctx.llm_backend, usage=usage,
                            language=LANGUAGE.get(lang, "Portuguese (Brazil)"), context=block, question=user_text(state))
@@ -344,7 +367,7 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
     question = user_text(state)
     listed = complete_list(stored_spelling(without_preamble(clean_answer(answer, block), question, block), answered),
-                           answered, lang, question)
+                           answered, lang, question, units)
     cleaned = name_records(listed, answered, lang, question) if listed else say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}
     return {"answer": cleaned, "notices": [gap] if gap else [],

@@ -340,3 +340,25 @@ def test_an_answer_about_records_it_does_not_name_gets_their_ids() -> None:
 ])
 def test_records_named_or_not_records_are_left_alone(answer: str, question: str, context: dict[str, Any]) -> None:
     assert name_records(answer, [context], "pt", question) == answer
+
+
+def test_a_breakdown_cut_short_gets_each_groups_figure() -> None:
+    """Written for this test: a sum per team answered with one team's total. The full list gives
+    every team with its own sum, in the answer's language and the column's unit; the labels alone
+    (what the list gave before) miss the figures the question asked for."""
+    query = "SELECT t.name, SUM(x.amount_usd) AS total FROM expenses x JOIN teams t ON 1 GROUP BY t.name"
+    ctx = {"backend": "sql", "query": query,
+           "rows": [{"name": "Segurança", "total": 1840.5}, {"name": "Produto", "total": 961.0},
+                    {"name": "SRE", "total": 12034.25}]}
+    units = {"amount_usd": "USD"}
+    out = complete_list("O gasto da Segurança foi US$ 1.840,50.", [ctx], "pt", "Gasto por time em 2025", units)
+    assert out.endswith("Lista completa: Segurança (US$ 1.840,50); Produto (US$ 961,00); SRE (US$ 12.034,25).")
+    en = complete_list("Security spent USD 1,840.50.", [ctx], "en", "Spend per team in 2025", units)
+    assert en.endswith("Full list: Segurança (USD 1,840.50); Produto (USD 961.00); SRE (USD 12,034.25).")
+    # not a breakdown: an ungrouped result, two numeric columns, or a repeated label keep the labels
+    plain = {**ctx, "query": "SELECT name, total FROM t"}
+    assert complete_list("Segurança.", [plain], "pt", "Gasto por time", units).endswith(
+        "Lista completa: Segurança, Produto, SRE.")
+    two = {**ctx, "rows": [{**r, "n": 1} for r in ctx["rows"]]}
+    assert complete_list("Segurança.", [two], "pt", "Gasto por time", units).endswith(
+        "Lista completa: Segurança, Produto, SRE.")
