@@ -256,18 +256,18 @@ def _labels(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lang: str,
-                  units: Mapping[str, str]) -> list[str]:
+                  units: Mapping[str, str]) -> list[str] | None:
     """Each label with its row's one figure ("Dados (US$ 961,00)") when the rows are a breakdown:
     a grouped query (GROUP BY), one row per label and exactly one numeric column. Why: a list of
     the groups alone drops what was asked of each ("gasto por time" answered with one team's total
-    and the teams' names). Otherwise the labels as they are (a path's hop counts are no figure).
+    and the teams' names). None otherwise (a path's hop counts are no figure).
     """
     if not _GROUPED.search(query):
-        return labels
+        return None
     numeric = [c for c in rows[0] if all(isinstance(r.get(c), int | float | Decimal) and not isinstance(r.get(c), bool)
                                          for r in rows)]
     if len(numeric) != 1 or len(labels) != len(rows):
-        return labels
+        return None
     column = numeric[0]
     unit = column_units(query, list(rows[0]), units).get(column)
     return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
@@ -297,8 +297,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
         if (2 if one else 1) <= len(named) < len(labels) or unread:
-            items = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
-            answer = f"{answer}\n{say('full_list', lang, items='; '.join(items) if items != labels else ', '.join(labels))}"
+            figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
+            items = "; ".join(figures) if figures else ", ".join(labels)
+            answer = f"{answer}\n{say('full_list', lang, items=items)}"
             folded = fold(answer)
     return answer
 

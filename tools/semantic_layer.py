@@ -1904,8 +1904,8 @@ class SemanticLayer:
         values or segments. An English imperative may be such an adjective; a phrase is no action.
         """
         noun, state = fold(noun), fold(state)
-        return any(noun in {fold(w) for w in (name, *ent.synonyms)} and state in self._value_words(name)
-                   for name, ent in self.spec.entities.items())
+        return any(noun in {fold(w) for w in self._entity_words(name)} and state in self._value_words(name)
+                   for name in self.spec.entities)
 
     def names_anything(self, question: str, value_hits: Iterable[tuple[str, str, str]]) -> bool:
         """Whether the question names anything the model holds: a stored value of its columns, or

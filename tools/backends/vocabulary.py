@@ -66,10 +66,11 @@ def _semantic_texts(path: Path) -> list[str]:
         texts.append(_phrase(ent.description, ent.synonyms))
         for group in (ent.dimensions, ent.measures, ent.segments):
             for item in group.values():
+                head = f"{ent.description} — {item.description}".strip(" —")
                 if item.description or item.synonyms:
-                    texts.append(_phrase(f"{ent.description} — {item.description}".strip(" —"), item.synonyms))
-                if item.description and item.synonyms:
-                    texts.append(f"{ent.description} — {item.description}")
+                    texts.append(_phrase(head, item.synonyms))
+                if item.description and item.synonyms:  # synonyms dilute the description for e5
+                    texts.append(head)
         for name, dim in ent.dimensions.items():  # a dated column is counted per day, week, month ...
             words = [w for g in dim.time_grains for w in grains.get(g, [])]
             if words:
