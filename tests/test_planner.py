@@ -79,7 +79,12 @@ def planner(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[BagOfWor
 def test_planner_yaml_has_no_hand_kept_hint_lists() -> None:
     text = (ph.POLICIES_DIR / "planner.yaml").read_text(encoding="utf-8")
     assert "\nhints:" not in text
-    assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords", "chain"}
+    assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords", "chain",
+                                                "rule_questions"}
+    rules = ph._file().rule_questions
+    assert rules is not None
+    for prototype in (*rules.rule, *rules.records):  # shapes of questions, naming no record of any deployment
+        assert not re.search(r"\d|[A-Z]{2,}-", prototype), prototype
 
 
 def test_a_clear_match_is_one_backend(planner: BagOfWords) -> None:

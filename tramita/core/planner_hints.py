@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools.backends import BACKENDS
 from tools.backends.base import PART_JOINER
@@ -80,12 +80,39 @@ class Matching(BaseModel):
                     "shaped unlike questions (titles) or like every question (API examples)")
 
 
+class RuleQuestions(BaseModel):
+    """`rule_questions:` of policies/planner.yaml: a prototype classifier for questions that ask
+    what a rule sets (a deadline, a limit, who must approve) rather than what the records hold.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    backend: str = Field(description="the backend that holds the rules (it answers a rule question)")
+    margin: float = Field(ge=0.0, le=0.5, description="rule minus records class score needed to call a text a rule "
+                          "question")
+    top_k: int = Field(3, ge=1, le=20, description="prototypes averaged per class")
+    not_naming: list[str] = Field(
+        default_factory=list,
+        description="masked kinds (a gazetteer kind, or \"id\") whose mention makes a text no rule question: it asks "
+                    "about one record or one person, which the records hold")
+    rule: list[str] = Field(min_length=1, description="questions about what a rule sets, both languages")
+    records: list[str] = Field(min_length=1, description="questions about what the records hold, both languages")
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> RuleQuestions:
+        """A prototype in both classes would make the margin meaningless."""
+        both = {fold(p) for p in self.rule} & {fold(p) for p in self.records}
+        if both:
+            raise ValueError(f"prototypes in both rule and records: {sorted(both)}")
+        return self
+
+
 class PlannerFile(BaseModel):
     """`policies/planner.yaml`: planner lines, the margin rule, document kinds."""
 
     model_config = ConfigDict(extra="forbid")
     descriptions: dict[str, str] = {}
     matching: Matching
+    rule_questions: RuleQuestions | None = None
     document_kinds: list[str] = []
     stopwords: list[str] = Field(default_factory=list, description="function words that say nothing about a source")
     chain: list[str] = Field(
@@ -97,8 +124,9 @@ class PlannerFile(BaseModel):
 @lru_cache(maxsize=1)
 def _file() -> PlannerFile:
     f: PlannerFile = load_model(POLICIES_DIR / "planner.yaml", PlannerFile)
+    rules = {f.rule_questions.backend: None} if f.rule_questions is not None else {}
     for name, given in (("descriptions", f.descriptions), ("matching.offsets", f.matching.offsets),
-                        ("chain", dict.fromkeys(f.chain))):
+                        ("chain", dict.fromkeys(f.chain)), ("rule_questions.backend", rules)):
         unknown = set(given) - set(BACKENDS)
         if unknown:
             raise ValueError(f"{POLICIES_DIR / 'planner.yaml'}: field {name}: unknown backends {sorted(unknown)}; "
@@ -270,6 +298,42 @@ def _default_embeddings() -> Embeddings:
     return make_embeddings()
 
 
+_RULE_VECTORS: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _unit_queries(texts: Sequence[str], model: Embeddings) -> np.ndarray:
+    """Normalised query vectors: prototypes and questions are both short questions (e5 "query: ")."""
+    vectors = np.asarray([model.embed_query(t) for t in texts], dtype=np.float32)
+    return vectors / (np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-12)
+
+
+def rule_lead(vector: Sequence[float], masker: Masker, model: Embeddings) -> float | None:
+    """How much closer a question (its masked query `vector`) is to the rule prototypes than to the
+    records ones (mean of the `top_k` best cosines per class); None when the policy has no classifier.
+
+    Why: "how fast must a SEV1 be acknowledged?" uses the incidents' own words, so the database's
+    vocabulary beats the documents'; what it asks is the rule, and the database's query would
+    answer another question (the average time it took). Whether a question asks what a rule sets
+    or what the records hold is its shape, not its nouns, which prototypes of both shapes capture.
+    """
+    config = _file().rule_questions
+    if config is None:
+        return None
+    name = getattr(model, "model_name", None) or type(model).__name__
+    key = hashlib.sha256(f"{name}\n{config.model_dump_json()}".encode()).hexdigest()[:24]
+    with _LOCK:
+        pair = _RULE_VECTORS.get(key)
+    if pair is None:
+        pair = (_unit_queries(list(config.rule), model),
+                _unit_queries(list(config.records), model))
+        with _LOCK:
+            _RULE_VECTORS[key] = pair
+    q = np.asarray(vector, dtype=np.float32)
+    q = q / (np.linalg.norm(q) + 1e-12)
+    rule, records = (float(np.sort(m @ q)[-config.top_k:].mean()) for m in pair)
+    return rule - records
+
+
 def _masker(services: Services) -> Masker:
     from tramita.core.extraction import gazetteer
 
@@ -330,11 +394,17 @@ class Match:
     decision: Decision
     best: str | None
     close: list[str]
+    rule_lead: float | None = None  # rule minus records prototype score (`rule_lead`)
+    rule: bool = False  # decided as a rule question: the rules' backend alone
 
     def trace(self) -> dict[str, Any]:
         """The match as the turn trace shows it."""
-        return {"text": self.text[:120], "decision": self.decision, "best": self.best,
-                "scores": [[n, round(s, 4)] for n, s in self.ranked]}
+        out = {"text": self.text[:120], "decision": self.decision, "best": self.best,
+               "scores": [[n, round(s, 4)] for n, s in self.ranked]}
+        if self.rule_lead is not None:
+            out["rule_lead"] = round(self.rule_lead, 4)
+            out["rule"] = self.rule
+        return out
 
 
 @dataclass
@@ -505,6 +575,27 @@ def _decide(text: str, ranked: list[tuple[str, float]], m: Matching) -> Match:
     return Match(text, ranked, "close", None, [n for n, s in ranked if top - s < m.margin])
 
 
+def _may_be_rule(masked: str) -> bool:
+    """Whether a masked text names none of the kinds that make it a question about one record."""
+    config = _file().rule_questions
+    return config is not None and not set(masked.split()) & set(config.not_naming)
+
+
+def _rule_or_decide(text: str, ranked: list[tuple[str, float]], m: Matching, lead: float | None) -> Match:
+    """`_decide`, except that a text the rule classifier calls a rule question by its margin goes
+    to the rules' backend alone (when that backend is ranked, i.e. deployed and not silent).
+    """
+    config = _file().rule_questions
+    if config is not None and lead is not None and lead >= config.margin \
+            and any(n == config.backend for n, _ in ranked):
+        first = [(n, sc) for n, sc in ranked if n == config.backend]
+        return Match(text, [*first, *(p for p in ranked if p[0] != config.backend)], "clear", config.backend,
+                     [config.backend], rule_lead=lead, rule=True)
+    decided = _decide(text, ranked, m)
+    decided.rule_lead = lead
+    return decided
+
+
 def route(question: str, services: Services, *, embeddings: Embeddings | None = None,
           index: VocabularyIndex | None = None) -> Route:
     """The vocabulary match of `question` (see the module docstring); never calls an LLM."""
@@ -519,7 +610,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         ranked = _scores(index, vector, index.masker.words(text, index.stop), m, found)
         quiet = silent(text, services)
         ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
-        matches.append(_decide(text, ranked, m))
+        lead = rule_lead(vector, index.masker, model) if _may_be_rule(index.masker.mask(text)) else None
+        matches.append(_rule_or_decide(text, ranked, m, lead))
     names = list(index.index.names)
     relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
@@ -532,7 +624,9 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     decided = pieces if pieces else [whole]
     if all(x.decision == "clear" for x in decided):
         chosen = [n for n in names if n in {x.best for x in decided} | set(needed)]
-        why = "vocabulary match" + (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "") + \
+        rules = sum(1 for x in decided if x.rule)
+        why = "vocabulary match" + (f"; asks what a rule sets ({rules} of {len(decided)})" if rules else "") + \
+            (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "") + \
             (f"; {', '.join(named)} required by its words" if named else "")
         return Route("clear", chosen, chosen, matches, why, needed, hands_on=relation_only)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
