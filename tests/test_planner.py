@@ -410,3 +410,66 @@ def test_the_primary_service_of_incidents_is_a_database_question(novaops_service
                      "How many incidents had search-api as their main service?"):
         routed = ph.route(question, novaops_services)
         assert (routed.chosen or routed.best or routed.candidates[:1]) == ["sql"], (question, routed.trace())
+
+
+# ------------------------------------------------------------------ rule questions
+
+def test_a_rule_question_in_the_records_words_goes_to_the_documents_alone(novaops_services: Any) -> None:
+    """Written for this test, real e5 and the ingested stores: each asks what a rule sets with the
+    words of a table (severity, acknowledged, receipt, ticket); the database's vocabulary matched
+    them better and its query answered another question (an average, a count)."""
+    for question in ("Em quantos minutos um SEV2 precisa ser reconhecido pelo plantão?",
+                     "How long must the audit log be retained?",
+                     "Em quantos dias tenho que enviar a nota fiscal de um reembolso?"):
+        routed = ph.route(question, novaops_services)
+        assert routed.chosen == ["docs"] and any(m.rule for m in routed.matches), (question, routed.trace())
+
+
+def test_the_records_shape_of_the_same_words_stays_with_the_database(novaops_services: Any) -> None:
+    """The same nouns asked as records (how long it took, how many, who) are no rule question."""
+    for question in ("Quanto tempo, em média, levou o reconhecimento dos incidentes SEV2?",
+                     "How many expense claims were rejected in March 2026?",
+                     "Quem aprovou mais despesas em 2026?"):
+        routed = ph.route(question, novaops_services)
+        assert not any(m.rule for m in routed.matches), (question, routed.trace())
+        assert "sql" in (routed.chosen or routed.best or routed.candidates[:1]), (question, routed.trace())
+
+
+def test_a_rule_part_goes_to_the_documents_and_the_other_part_keeps_its_source(novaops_services: Any) -> None:
+    routed = ph.route("Quantos incidentes SEV1 tivemos em 2026? E em quanto tempo um SEV1 tem que ser resolvido?",
+                      novaops_services)
+    assert set(routed.chosen) == {"sql", "docs"}, routed.trace()
+    assert [m.rule for m in routed.matches[1:]] == [False, True], routed.trace()
+
+
+def test_a_text_naming_a_person_or_a_record_is_never_a_rule_question() -> None:
+    """`not_naming`: such a text asks about that one record, whatever its shape."""
+    assert ph._may_be_rule("em quanto tempo um incidente sev1 tem que ser reconhecido")
+    assert not ph._may_be_rule("quando o employee tem que estar de plantao")
+    assert not ph._may_be_rule("quem tem que aprovar a despesa id")
+
+
+def test_a_rule_lead_above_the_margin_decides_and_one_below_it_does_not() -> None:
+    ranked = [("sql", 0.93), ("docs", 0.87), ("api", 0.83)]
+    m = ph._file().matching
+    margin = ph._file().rule_questions.margin  # type: ignore[union-attr]
+    above = ph._rule_or_decide("t", ranked, m, margin + 0.001)
+    assert (above.decision, above.best, above.rule) == ("clear", "docs", True)
+    below = ph._rule_or_decide("t", ranked, m, margin - 0.001)
+    assert (below.decision, below.best, below.rule) == ("clear", "sql", False)
+    unranked = ph._rule_or_decide("t", [("sql", 0.93), ("api", 0.83)], m, 0.5)  # the documents silent
+    assert unranked.best == "sql" and not unranked.rule
+
+
+def test_the_planner_file_rejects_a_prototype_in_both_classes_and_an_unknown_backend(tmp_path: Any) -> None:
+    from tramita.base.policyfile import PolicyError, load_model
+
+    bad = tmp_path / "planner.yaml"
+    bad.write_text("matching: {}\nrule_questions: {backend: docs, margin: 0.02, rule: [Who must sign?], "
+                   "records: ['who must sign?']}\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"planner\.yaml: field rule_questions.*both rule and records"):
+        load_model(bad, ph.PlannerFile)
+    bad.write_text("matching: {}\nrule_questions: {backend: docs, margin: lots, rule: [a], records: [b]}\n",
+                   encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"planner\.yaml: field rule_questions\.margin"):
+        load_model(bad, ph.PlannerFile)
