@@ -405,18 +405,30 @@ def test_settle_lists_records_in_their_own_order(layer: SemanticLayer, tool: SQL
         [("tickets.ticket_id", "asc")]  # a bound is a condition, not the span the list covers
     people = {"dimensions": ["employees.full_name", "employees.role"],
               "filters": [{"field": "employees.office_city", "op": "=", "value": "Recife"}]}
-    assert layer.settle(layer.parse(people), "Who works in the Recife office, and in what role?")[0].order == []
+    settled = layer.settle(layer.parse(people), "Who works in the Recife office, and in what role?")[0]
+    assert settled.order == [("employees.employee_id", "asc")]  # named by their label: the records' key orders them
+    gold = _rows(novaops, "SELECT full_name, role FROM employees WHERE office_city = 'Recife' ORDER BY employee_id")
+    assert len(gold) > 2 and gold != sorted(gold)
+    ours = _answer(layer, tool, settled)
+    assert results_match(gold, ours, ordered=True, strict=True) and len(ours[0]) == 2  # the key orders, unseen
+    assert not results_match(gold, _answer(layer, tool, layer.parse(people)), ordered=True, strict=True)
+    cities = {"dimensions": ["employees.office_city"]}  # distinct values, no records: no key to order by
+    assert layer.settle(layer.parse(cities), "Em que cidades temos escritório?")[0].order == []
 
 
-def test_settle_orders_a_breakdown_largest_first(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
-    """A count per group with no order named reads as a ranking; a named order or one total is left alone."""
+def test_settle_orders_a_breakdown_by_its_groups(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """A count per group with no order named reads in its groups' order (a ranking is asked for by
+    its own words, which fill an order); a named order or one total is left alone."""
     filled = {"measures": ["employees.count"], "dimensions": ["employees.office_city"]}
     settled, notes = layer.settle(layer.parse(filled), "Quantas pessoas trabalham em cada cidade de escritório?")
-    assert settled.order[0] == ("employees.count", "desc") and any(n.startswith("order") for n in notes)
-    gold = _rows(novaops, "SELECT office_city, COUNT(*) AS n FROM employees GROUP BY office_city ORDER BY n DESC, "
-                          "office_city")
+    assert settled.order == [("employees.office_city", "asc")] and any(n.startswith("order") for n in notes)
+    gold = _rows(novaops, "SELECT office_city, COUNT(*) AS n FROM employees GROUP BY office_city ORDER BY office_city")
+    largest_first = _rows(novaops, "SELECT office_city, COUNT(*) AS n FROM employees GROUP BY office_city "
+                                   "ORDER BY n DESC, office_city")
+    assert gold != largest_first  # the order this replaced fails the gold
     ours = _answer(layer, tool, settled)
     assert results_match(gold, ours, ordered=True, strict=True)
+    assert not results_match(largest_first, ours, ordered=True, strict=True)
     asc = {**filled, "order": [{"field": "employees.count", "direction": "asc"}]}
     assert layer.settle(layer.parse(asc), "which office has the fewest people, fewest first")[0].order == \
         [("employees.count", "asc")]

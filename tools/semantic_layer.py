@@ -847,13 +847,14 @@ class SemanticLayer:
                 kept = [*kept, *roles]
                 dropped += [f"{r} (the question names the role {r.split('.', 1)[0]})" for r in roles]
         if measures and kept and not order:
-            # a breakdown that names no order reads largest first (then by its groups, so ties are
-            # stable): "how many per office" is answered as a ranking, and a short answer that
-            # names only some rows names the largest; a series over time reads in time order
+            # a breakdown that names no order reads in its groups' own order, as a list reads in its
+            # records' (P1 to P4, a series in time order): a ranking is asked for by its own words
+            # (most, top, largest), which fill an order; the full list of groups follows a short
+            # answer (synthesis), so the largest need not come first to be named
             grains = [d for d in kept if GRAIN_SEP in d]
-            order = [(d, "asc") for d in grains] if grains else [(measures[0], "desc"), *((d, "asc") for d in kept)]
-            dropped.append(f"order {order[0][0]} {order[0][1]} (a breakdown reads "
-                           f"{'in time order' if grains else 'largest first'})")
+            order = [(d, "asc") for d in (grains or kept)]
+            dropped.append(f"order {order[0][0]} asc (a breakdown reads "
+                           f"{'in time order' if grains else 'in its groups order'})")
         if not measures and kept and not order and limit is None:
             own = self._own_order(kept, q.filters)
             if own is not None:
@@ -880,7 +881,19 @@ class SemanticLayer:
         if dated:
             return dated[0]
         key = f"{prefix}.{ent.primary_key}" if ent.primary_key else ""
-        return key if key in kept else None
+        return key if key in kept or self._unseen_key(key, kept) else None
+
+    def _unseen_key(self, field_name: str, dimensions: list[str]) -> bool:
+        """Whether `field_name` is an entity's key that orders a list of its rows without being
+        shown: the rows are named by the entity's label among `dimensions` (a list of names reads
+        in the records' order; a list of distinct values, with no label, has no records to order).
+        """
+        prefix, _, member = field_name.partition(".")
+        ent = self.spec.entities.get(prefix)
+        if ent is None or not member or member != ent.primary_key or field_name in dimensions:
+            return False
+        label = self._label(prefix)
+        return label is not None and f"{prefix}.{label}" in dimensions
 
     def _lists(self, q: QueryObject, dimensions: list[str]) -> bool:
         """Whether a list of `dimensions` under `q`'s segments and filters plans (one base entity reaches them)."""
@@ -1656,6 +1669,7 @@ class SemanticLayer:
             raise SemanticQueryError("the query says it is not expressible")
         q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), list(q.filters),
                         list(q.order), q.limit)
+        unseen = [f for f, _ in q.order if self._unseen_key(f, q.dimensions)]
         for f, _ in q.order:  # the library orders only by selected fields
             if f in self.measure_names and f not in q.measures:
                 q.measures.append(f)
@@ -1672,7 +1686,12 @@ class SemanticLayer:
             raise
         except Exception as exc:
             raise SemanticQueryError(f"the query could not be compiled: {type(exc).__name__}: {exc}"[:400]) from exc
-        return CompiledQuery(sql=_tidy(sql, self.dialect, self._sqlglot_schema()), base=plan.base, query=q)
+        sql = _tidy(sql, self.dialect, self._sqlglot_schema())
+        if unseen:
+            sql = _without_columns(sql, unseen, self.dialect)
+            q = QueryObject(q.expressible, list(q.measures), [d for d in q.dimensions if d not in unseen],
+                            list(q.segments), list(q.filters), list(q.order), q.limit)
+        return CompiledQuery(sql=sql, base=plan.base, query=q)
 
     def _bsl_sql(self, q: QueryObject, plan: Plan) -> str:
         import ibis
@@ -2328,6 +2347,28 @@ def _tidy(sql: str, dialect: str, schema: dict[str, object]) -> str:
         tree = optimize(sqlglot.parse_one(sql, read=dialect), schema=schema, dialect=dialect, rules=rules)
         return str(tree.sql(dialect=dialect))
     except Exception:  # noqa: BLE001 - tidying is cosmetic: the library's SQL is correct as it is
+        return sql
+
+
+def _without_columns(sql: str, names: list[str], dialect: str) -> str:
+    """`sql` with the outermost projections named `names` left out; the ORDER BY still reads them
+    from the subquery. Why: the library orders only by selected fields, and a key that only orders a
+    list of names is not what the question asked to see. Unchanged when that cannot be done safely
+    (a DISTINCT, which orders only by what it selects, or SQL sqlglot does not parse).
+    """
+    try:
+        import sqlglot
+        from sqlglot import exp
+
+        tree = sqlglot.parse_one(sql, read=dialect)
+        if not isinstance(tree, exp.Select) or tree.args.get("distinct"):
+            return sql
+        kept = [e for e in tree.expressions if e.alias_or_name not in names]
+        if not kept or len(kept) == len(tree.expressions):
+            return sql
+        tree.set("expressions", kept)
+        return str(tree.sql(dialect=dialect))
+    except Exception:  # noqa: BLE001 - the key shown is a cosmetic loss, not a wrong answer
         return sql
 
 
