@@ -11,6 +11,7 @@ from tools.backends import BACKENDS
 from tools.backends.base import BackendCall
 from tools.backends.docs import (
     PASSAGE_GAP,
+    _best_of,
     _other_record,
     named_document,
     search,
@@ -106,3 +107,42 @@ def test_the_section_a_question_asks_for_is_read_beside_the_best_passage(novaops
     found = [(d, p, s, 0.05) for d, p, s in ranked]
     assert with_asked_section(store, "what went wrong with the pool?", found, 5, whole=False) == found
     assert with_asked_section(store, "what went wrong with the pool?", found, 5, whole=True) != found
+
+
+def test_several_searches_of_one_question_count_each_passage_at_its_best() -> None:
+    pt = [("doc-a", "a1", 0.84), ("doc-b", "b1", 0.83), ("doc-a", "a2", 0.82)]
+    en = [("doc-c", "c1", 0.90), ("doc-a", "a1", 0.86), ("doc-c", "c2", 0.85)]
+    merged = _best_of(2, 1, pt, en)
+    assert merged == [("doc-c", "c1", 0.90), ("doc-a", "a1", 0.86), ("doc-c", "c2", 0.85)]  # two documents, one more
+    assert _best_of(3, 0, pt, en) == [("doc-c", "c1", 0.90), ("doc-a", "a1", 0.86), ("doc-b", "b1", 0.83)]
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize(("question", "doc"), [
+    ("What is the deadline for sending the receipt of a reimbursement?", "doc-pol-expense"),  # English, Portuguese policy
+    ("Quantos caracteres no mínimo uma senha precisa ter?", "doc-pol-access"),  # Portuguese, English policy
+])
+def test_a_question_is_also_searched_in_the_other_language_of_the_documents(question: str, doc: str,
+                                                                            novaops_services: Any) -> None:
+    """Written for this test, the real local model and store: e5-small ranks a passage in the
+    question's own language above the one in the other language that answers it; the question
+    translated by the model finds it first."""
+    alone = search_ranked(novaops_services.doc_store, question, 5)
+    assert not (alone[0][0] == doc and alone[0][3] == 0.0), alone[:2]
+    call = BackendCall(question=question, today="2026-05-15", profile="local", services=novaops_services,
+                       usage=Usage(), top_k=5)
+    out = BACKENDS["docs"].run(call)
+    assert len(out["translations"]) == 1 and call.usage.calls == 1, out.get("translation_errors")
+    assert out["items"][0]["source"] == doc and out["items"][0]["gap"] == 0.0, out["items"][:2]
+
+
+def test_a_translation_that_changes_nothing_leaves_the_search_on_the_question(novaops_services: Any) -> None:
+    """The scripted model answers the translation prompt with the question itself: no second search,
+    and what the backend returns is the plain search's."""
+    question = "Quantos caracteres no mínimo uma senha precisa ter?"
+    call = BackendCall(question=question, today="2026-05-15", profile="scripted", services=novaops_services,
+                       usage=Usage(), top_k=5)
+    out = BACKENDS["docs"].run(call)
+    assert "translations" not in out
+    assert [(it["source"], it["text"]) for it in out["items"]] == \
+        [(d, p) for d, p, _, _ in search_ranked(novaops_services.doc_store, question, 5)]

@@ -161,6 +161,11 @@ class DocStore:
         metadatas = self.collection().get(include=["metadatas"])["metadatas"] or []
         return {str(m["doc_id"]) for m in metadatas if m and "doc_id" in m}
 
+    def languages(self) -> set[str]:
+        """The languages the stored documents are written in (each chunk's `lang`)."""
+        metadatas = self.collection().get(include=["metadatas"])["metadatas"] or []
+        return {str(m["lang"]) for m in metadatas if m and m.get("lang")}
+
     def available(self) -> bool:
         """True when the store opens and holds at least one chunk. Never raises."""
         try:

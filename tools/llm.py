@@ -31,7 +31,7 @@ log = get_logger("tramita")
 
 T = TypeVar("T", bound=BaseModel)
 COMPONENTS = ("transaction_parameter_extraction", "confirmation", "router", "planner", "text_to_sql",
-              "text_to_cypher", "synthesis")
+              "text_to_cypher", "synthesis", "query_translation")
 
 
 class LLMError(RuntimeError):

@@ -61,6 +61,8 @@ def rule_based(prompt: str) -> str:
         return json.dumps({"cypher": "MATCH (t:Team) RETURN t.name AS name ORDER BY name LIMIT 3"})
     if prompt.startswith("The query failed"):
         return json.dumps({"sql": "SELECT 1 AS one"})
+    if prompt.startswith("You translate a question"):  # no translation: the search runs on the question
+        return json.dumps({"question": _section(prompt, "Question")}, ensure_ascii=False)
     if prompt.startswith("You answer questions"):
         ctx = prompt.split("Context:", 1)[1].split('Question: """', 1)[0].strip()
         # the context in prose: table rows become plain lines (a copied table is no answer)

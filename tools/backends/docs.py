@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from pydantic import BaseModel, Field
 
 from tools.backends.base import BackendCall, Finding, question_parts
 from tools.services import Services
@@ -44,10 +45,17 @@ class DocsBackend:
         """
         # the whole question: the search looks at each of its parts itself, and a document often
         # holds what another part's source needs (the person a postmortem names)
-        hits = search_ranked(call.services.doc_store, call.whole or call.question, call.top_k)
-        return {"backend": self.name,
-                "items": [{"source": d, "text": p, "score": round(float(s), 4), "gap": round(float(g), 4)}
-                          for d, p, s, g in hits]}
+        text = call.whole or call.question
+        translations, errors = translated(call.services.doc_store, text, call)
+        hits = search_ranked(call.services.doc_store, text, call.top_k, also=list(translations.values()))
+        out: dict[str, Any] = {"backend": self.name,
+                               "items": [{"source": d, "text": p, "score": round(float(s), 4), "gap": round(float(g), 4)}
+                                         for d, p, s, g in hits]}
+        if translations:
+            out["translations"] = translations
+        if errors:
+            out["translation_errors"] = errors
+        return out
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The passages synthesis reads, for the later backends to find names and values in."""
@@ -137,15 +145,54 @@ def shown_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [it for it in items if float(it.get("gap") or 0.0) <= PASSAGE_GAP]
 
 
+class Translation(BaseModel):
+    """The question in another language, as the query-translation prompt returns it."""
+
+    question: str = Field(min_length=1, max_length=600)
+
+
+def translated(store: DocStore, question: str, call: BackendCall) -> tuple[dict[str, str], list[str]]:
+    """The question in each other language the stored documents are written in ({code: text}),
+    and the errors of the translations that failed (the search then runs without them).
+
+    Why: e5-small matches a question with a passage in its own language far better than across
+    languages. On the own set, "Em quanto tempo um incidente SEV1 tem que ser reconhecido?" put
+    the English SLA table 4th among passages and "How many business days does Finance have to
+    review an expense claim?" missed the Portuguese policy; asked in the documents' language, each
+    one's passage came first. One small call per document question, for documents in two languages.
+    """
+    from tools.llm import LLMError, structured_call
+    from tramita.base.text import detect_language, language_name
+
+    try:
+        others = sorted(store.languages() - {detect_language(question)})
+    except Exception as exc:  # noqa: BLE001 - no languages: the search runs on the question alone
+        return {}, [f"languages: {type(exc).__name__}: {str(exc)[:120]}"]
+    out: dict[str, str] = {}
+    errors: list[str] = []
+    for code in others:
+        try:
+            got = structured_call("query_translation", Translation, "translate_query", backend=call.profile,
+                                  usage=call.usage, language=language_name(code), question=question)
+        except LLMError as exc:
+            errors.append(f"{code}: {str(exc)[:160]}")
+            continue
+        text = " ".join(got.question.split())
+        if text and text.casefold() != question.casefold():
+            out[code] = text
+    return out, errors
+
+
 def search(store: DocStore, question: str, top_k: int, passages: int = TOP_PASSAGES) -> list[tuple[str, str, float]]:
     """`search_ranked` without the gaps."""
     return [(d, p, s) for d, p, s, _ in search_ranked(store, question, top_k, passages)]
 
 
-def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TOP_PASSAGES
-                  ) -> list[tuple[str, str, float, float]]:
+def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TOP_PASSAGES, *,
+                  also: list[str] | None = None) -> list[tuple[str, str, float, float]]:
     """The question's documents, each by its best passage, then the best passages overall, each
-    with its gap below the best passage of the search that found it.
+    with its gap below the best passage of the search that found it. `also`: the question in other
+    languages; the whole question's search is theirs too, each passage at its best cosine over them.
 
     A question that asks two things ("Quando o Rui pega plantão? E quanto ele recebe por semana?")
     embeds as the mix of both and finds neither part's document; so each part is also searched
@@ -154,8 +201,10 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
     """
     texts = [question, *question_parts(question)]
     runs: list[list[tuple[str, str, float, float]]] = []
-    for text in texts:
+    for i, text in enumerate(texts):
         found = store.retrieve_docs(text, top_k, passages=passages)
+        if i == 0 and also:
+            found = _best_of(top_k, passages, found, *(store.retrieve_docs(t, top_k, passages=passages) for t in also))
         if found:
             best = max(score for _, _, score in found)
             runs.append([(d, p, score, best - score) for d, p, score in found])
@@ -176,6 +225,24 @@ def search_ranked(store: DocStore, question: str, top_k: int, passages: int = TO
     return with_asked_section(store, question,
                               [*chosen.values(), *sorted(extra.values(), key=lambda h: -h[2])[:passages]], top_k,
                               whole=False)
+
+
+def _best_of(top_k: int, passages: int, *found: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """Several searches of one question as one, shaped as `DocStore.retrieve_docs` shapes a search:
+    the `top_k` best documents, each by its best passage, and the best `passages` other passages,
+    in score order; a passage two searches found counts at its best cosine.
+    """
+    best: dict[tuple[str, str], float] = {}
+    for hits in found:
+        for d, p, sc in hits:
+            best[(d, p)] = max(sc, best.get((d, p), -1.0))
+    ranked = [(d, p, sc) for (d, p), sc in sorted(best.items(), key=lambda kv: -kv[1])]
+    firsts: dict[str, tuple[str, str, float]] = {}
+    for hit in ranked:
+        if hit[0] not in firsts and len(firsts) < top_k:
+            firsts[hit[0]] = hit
+    shown = set(firsts.values())
+    return sorted([*shown, *[h for h in ranked if h not in shown][:passages]], key=lambda h: -h[2])
 
 
 # A record code as documents title themselves by it ("Postmortem INC-2047", "(POL-004)").

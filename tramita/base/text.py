@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import load_model
@@ -96,6 +96,8 @@ class LanguageSignals(BaseModel):
     question_openers: list[str]
     leading_fillers: list[str]
     orthography: dict[str, list[str]] = {}
+    names: dict[str, str] = Field(default_factory=dict, description="language code -> its name in English, for "
+                                  "prompts that name a language (a question translated for the documents)")
 
 
 @lru_cache(maxsize=1)
@@ -129,6 +131,12 @@ def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[s
     votes = {lang: frozenset(fold(w) for w in ws) for lang, ws in f.function_words.items()}
     fillers = re.compile(r"^(" + "|".join(re.escape(fold(w)) for w in f.leading_fillers) + r")\s+")
     return votes, tuple(fold(w) for w in f.question_openers), fillers
+
+
+def language_name(code: str) -> str:
+    """The English name of a language code (`names` in policies/language.yaml), else the code itself."""
+    f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
+    return f.names.get(code, code)
 
 
 def detect_language(text: str, default: str = "pt") -> str:

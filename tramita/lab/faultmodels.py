@@ -38,6 +38,7 @@ _PREFIXES = (
     ("You write ONE read-only", "text_to_query"),
     ("The query failed", "text_to_query"),
     ("You answer questions", "synthesis"),
+    ("You translate a question", "query_translation"),
 )
 
 
