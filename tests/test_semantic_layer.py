@@ -429,6 +429,13 @@ def test_settle_orders_a_breakdown_by_its_groups(layer: SemanticLayer, tool: SQL
     ours = _answer(layer, tool, settled)
     assert results_match(gold, ours, ordered=True, strict=True)
     assert not results_match(largest_first, ours, ordered=True, strict=True)
+    ranked = {**filled, "order": [{"field": "employees.count", "direction": "desc"}]}  # the model's own order
+    unasked, notes = layer.settle(layer.parse(ranked), "Quantas pessoas trabalham em cada cidade de escritório?")
+    assert unasked.order == [("employees.office_city", "asc")] and any("no ranking" in n for n in notes)
+    assert results_match(gold, _answer(layer, tool, unasked), ordered=True, strict=True)
+    for asked in ("Ranking of offices by headcount", "Quais cidades de escritório têm mais pessoas?",
+                  "Headcount per office, sorted descending"):
+        assert layer.settle(layer.parse(ranked), asked)[0].order[0] == ("employees.count", "desc"), asked
     asc = {**filled, "order": [{"field": "employees.count", "direction": "asc"}]}
     assert layer.settle(layer.parse(asc), "which office has the fewest people, fewest first")[0].order == \
         [("employees.count", "asc")]

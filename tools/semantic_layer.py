@@ -121,6 +121,8 @@ class QueryCues(BaseModel):
     day_cues: dict[str, list[str]] = Field(default_factory=dict, description="words that name a day (hoje, today)")
     whole_cues: dict[str, list[str]] = Field(
         default_factory=dict, description="phrases that ask for one figure over every row (in total, ao todo)")
+    order_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that ask for an order by name (ranking, sorted, decrescente)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -156,6 +158,7 @@ class FoldedCues:
     comparative: frozenset[str] = frozenset()  # "than": a superlative word then one of these compares
     number_prepositions: frozenset[str] = frozenset()  # "de": ... compares when a number follows
     pronouns: frozenset[str] = frozenset()  # "ela", "her": one thing named before
+    order: frozenset[str] = frozenset()  # "ranking", "sorted": an order asked for by name
 
 
 @lru_cache(maxsize=4)
@@ -177,7 +180,7 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.day_cues) | frozenset(MONTHS),
                       tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws),
                       words(f.least_words), words(f.comparative_words), words(f.number_prepositions),
-                      words(f.pronouns))
+                      words(f.pronouns), words(f.order_words))
 
 
 class SemanticQueryError(ValueError):
@@ -717,8 +720,9 @@ class SemanticLayer:
           (`policies/query_cues.yaml`: "per team", "qual colaborador").
 
         Order entries on a dropped dimension go too. A query keeps at least one field. A breakdown
-        (measures by dimensions) with no order is ordered by its first measure, largest first, or
-        in time order over a date grain; a lone count nobody asked for lists its rows (`_rows_behind`).
+        (measures by dimensions) with no order, or ordered by a measure when the question asks for
+        no ranking, reads in its groups' order (in time order over a date grain); a lone count
+        nobody asked for lists its rows (`_rows_behind`).
 
         A text value the question does not say is dropped from its filter (the span rule, for query
         slots): "incidents … with severity?" filled with severity = 'SEV1' answers another question.
@@ -846,6 +850,12 @@ class SemanticLayer:
             if roles and self._lists(q, [*kept, *roles]):
                 kept = [*kept, *roles]
                 dropped += [f"{r} (the question names the role {r.split('.', 1)[0]})" for r in roles]
+        if measures and kept and order and limit is None and all(f in measures for f, _ in order) \
+                and not ranking_words(tokens) and not folded_cues().order & set(tokens):
+            # the model orders "how many per office" by the count on its own: the question asks for
+            # no ranking (no superlative, no word for an order), so the groups' own order applies
+            dropped.append(f"order {order[0][0]} {order[0][1]} (the question asks for no ranking)")
+            order = []
         if measures and kept and not order:
             # a breakdown that names no order reads in its groups' own order, as a list reads in its
             # records' (P1 to P4, a series in time order): a ranking is asked for by its own words
