@@ -13,7 +13,8 @@ def test_a_model_without_a_local_cache_is_left_alone(novaops_services: Services)
     names = [r.name for r in rows]
     assert "sql: semantic_query" in names and "graph: text_to_cypher" in names
     assert {"synthesis (pt)", "synthesis (en)"} <= set(names)
-    assert len(names) == len(set(names)) == 4 + len(CONVERSATION_PROMPTS)
+    assert {"docs: translate_query (pt)", "docs: translate_query (en)"} <= set(names)  # the documents' languages
+    assert len(names) == len(set(names)) == 6 + len(CONVERSATION_PROMPTS)
     assert {r.status for r in rows} == {"no local cache"}  # nothing fails, nothing is claimed warmed
 
 

@@ -57,6 +57,17 @@ class DocsBackend:
             out["translation_errors"] = errors
         return out
 
+    def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
+        """The query-translation prompt's static prefix for each language the documents are in (a
+        question in another language is translated into it before the search).
+        """
+        from tools.llm import warm
+        from tramita.base.text import language_name
+
+        return {f"translate_query ({code})": warm("query_translation", "translate_query", backend=profile,
+                                                  language=language_name(code))
+                for code in sorted(services.doc_store.languages())}
+
     def findings(self, context: dict[str, Any]) -> list[Finding]:
         """The passages synthesis reads, for the later backends to find names and values in."""
         text = "\n".join(str(it.get("text") or "") for it in shown_items(context.get("items", [])))
