@@ -1697,8 +1697,9 @@ class SemanticLayer:
         except Exception as exc:
             raise SemanticQueryError(f"the query could not be compiled: {type(exc).__name__}: {exc}"[:400]) from exc
         sql = _tidy(sql, self.dialect, self._sqlglot_schema())
-        if unseen:
-            sql = _without_columns(sql, unseen, self.dialect)
+        hidden = _without_columns(sql, unseen, self.dialect) if unseen else sql
+        if hidden != sql:  # the trace's query object shows what the SQL selects
+            sql = hidden
             q = QueryObject(q.expressible, list(q.measures), [d for d in q.dimensions if d not in unseen],
                             list(q.segments), list(q.filters), list(q.order), q.limit)
         return CompiledQuery(sql=sql, base=plan.base, query=q)

@@ -101,8 +101,15 @@ class LanguageSignals(BaseModel):
 
 
 @lru_cache(maxsize=1)
-def _orthography() -> dict[str, list[re.Pattern[str]]]:
+def _language_file() -> LanguageSignals:
+    """`policies/language.yaml`, validated once per process (every reader below shares it)."""
     f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
+    return f
+
+
+@lru_cache(maxsize=1)
+def _orthography() -> dict[str, list[re.Pattern[str]]]:
+    f = _language_file()
     return {lang: [re.compile(p) for p in pats] for lang, pats in f.orthography.items()}
 
 
@@ -127,7 +134,7 @@ def _spelling_votes(text: str) -> dict[str, int]:
 
 @lru_cache(maxsize=1)
 def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[str]]:
-    f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
+    f = _language_file()
     votes = {lang: frozenset(fold(w) for w in ws) for lang, ws in f.function_words.items()}
     fillers = re.compile(r"^(" + "|".join(re.escape(fold(w)) for w in f.leading_fillers) + r")\s+")
     return votes, tuple(fold(w) for w in f.question_openers), fillers
@@ -135,8 +142,7 @@ def _signals() -> tuple[dict[str, frozenset[str]], tuple[str, ...], re.Pattern[s
 
 def language_name(code: str) -> str:
     """The English name of a language code (`names` in policies/language.yaml), else the code itself."""
-    f: LanguageSignals = load_model(POLICIES_DIR / "language.yaml", LanguageSignals)
-    return f.names.get(code, code)
+    return _language_file().names.get(code, code)
 
 
 def detect_language(text: str, default: str = "pt") -> str:

@@ -611,12 +611,13 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     texts = [question, *parts(question, stop=index.stop)]
     matches: list[Match] = []
     for text in texts:
-        vector = model.embed_query(index.masker.mask(text))
+        masked = index.masker.mask(text)
+        vector = model.embed_query(masked)
         found = evidence(text, services) if m.evidence_offset is not None else {}
         ranked = _scores(index, vector, index.masker.words(text, index.stop), m, found)
         quiet = silent(text, services)
         ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
-        lead = rule_lead(vector, model) if _may_be_rule(index.masker.mask(text)) else None
+        lead = rule_lead(vector, model) if _may_be_rule(masked) else None
         matches.append(_rule_or_decide(text, ranked, m, lead))
     names = list(index.index.names)
     relation_only = hands_on(question, services)
