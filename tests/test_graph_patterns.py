@@ -96,6 +96,80 @@ def _index(data: dict[str, Any], pattern: str) -> int:
     return next(i for i, p in enumerate(data["patterns"]) if p["name"] == pattern)
 
 
+def test_a_mirrored_form_must_map_every_returned_column_and_parameter(tmp_path: Path) -> None:
+    """A database form that leaves a returned column or a parameter out is refused by name: the
+    query built from it would answer with fewer columns, or unbounded."""
+    i = _index(yaml.safe_load(SHIPPED.read_text(encoding="utf-8")), "manager_of")
+
+    def column_left_out(d: dict[str, Any]) -> None:
+        del d["patterns"][i]["mirrored"]["columns"]["role"]
+
+    message = _broken(tmp_path, column_left_out)
+    assert f"field patterns.{i}" in message and "mirrored: columns must be exactly the returned columns" in message
+
+    def key_misnamed(d: dict[str, Any]) -> None:
+        d["patterns"][i]["mirrored"]["keys"] = {"someone": "employees.employee_id"}
+
+    assert "keys exactly the parameters ['person']" in _broken(tmp_path, key_misnamed)
+
+
+def test_every_shipped_mirrored_form_compiles_against_the_semantic_model(novaops_services: Any,
+                                                                         patterns: PatternFile) -> None:
+    """Written for this test, the real semantic model and SQLite store: each mirrored pattern's
+    form, with every returned column and a filter on each key, parses and compiles; a
+    form naming a field the model lacks is refused by the semantic layer, not run."""
+    from tools.semantic_layer import answer_object, layer_for, stored_values
+
+    tool = novaops_services.sql_tool
+    model = novaops_services.settings.semantic_model_file()
+    layer = layer_for(model, tool)
+    forms = [p for p in patterns.patterns if p.mirrored is not None]
+    assert len(forms) >= 6
+    for p in forms:
+        assert p.mirrored is not None
+        query = {"dimensions": list(p.mirrored.columns.values()),
+                 "filters": [{"field": f, "op": "not_null", "value": None} for f in p.mirrored.keys.values()]}
+        compiled = layer.compile(layer.parse({**query, "expressible": True}), stored_values(tool))
+        assert compiled.sql.upper().startswith(("SELECT", "WITH")), p.name
+    refused = answer_object({"dimensions": ["employees.no_such_field"]}, tool, model)
+    assert not refused.ok and "query object refused" in refused.reason and "no_such_field" in refused.reason
+
+
+def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_services: Any) -> None:
+    """Written for this test, real e5, gazetteer and SQLite store, scripted profile (any LLM call
+    would fail the fill): a person's direct reports, a project's members with the asked detail and
+    a team's services come from the pattern's database form. A question that adds a condition
+    the form does not hold (a stored value or a number beyond the parameters), or asks for an
+    aggregate, is left to the semantic fill."""
+    from tools.backends.base import BackendCall
+    from tools.backends.sql import SQLBackend
+    from tools.graph_patterns import PatternEngine
+    from tools.llm import Usage
+
+    def run(question: str) -> tuple[dict[str, Any], Usage]:
+        usage = Usage()
+        call = BackendCall(question=question, today="2026-05-15", profile="scripted", services=novaops_services,
+                           usage=usage, whole=question)
+        return SQLBackend().run(call), usage
+
+    ctx, usage = run("Quem se reporta diretamente à Juliana Costa?")
+    assert ctx["path"] == "semantic:pattern:direct_reports" and usage.calls == 0 and ctx["error"] is None
+    assert [r["employees.full_name"] for r in ctx["rows"]] == ["Bianca Torres", "João Pedro Sousa", "Lucas Oliveira",
+                                                                "Rafael Monteiro"]
+    ctx, _ = run("Who is on the Zero Trust Access project, and in which role?")
+    assert ctx["path"] == "semantic:pattern:project_members"
+    assert {(r["employee.full_name"], r["project_members.role"]) for r in ctx["rows"]} >= {("Catarina Lobo", "lead")}
+    ctx, _ = run("Quais serviços são do time de SRE?")
+    assert ctx["path"] == "semantic:pattern:team_services"
+    assert [list(r) for r in ctx["rows"]][0] == ["services.service_id"]  # no detail asked, none shown
+    engine = PatternEngine.for_file(novaops_services.settings.graph_patterns_file())
+    for other in ("Quais serviços tier 1 são do time de SRE?",  # a number: a condition
+                  "Quantos serviços o time de SRE tem?",  # an aggregate
+                  "Which services does the SRE team own with incidents on payments-api?"):  # another entity
+        assert engine.database_query(other, engine=novaops_services.engine, tool=novaops_services.graph_tool) is None, other
+        assert not run(other)[0]["path"].startswith("semantic:pattern"), other
+
+
 def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
     def no_description(d: dict[str, Any]) -> None:
         del d["patterns"][0]["description"]

@@ -366,6 +366,43 @@ def test_a_relation_of_any_depth_requires_the_graph(novaops_services: Any, plann
     assert "graph" in routed.required and ("graph" in routed.chosen or routed.decision != "clear")
 
 
+def test_a_deferring_backend_gives_its_place_and_score_to_the_other_record_store() -> None:
+    """Pure logic: the graph defers, so the database (the best-ranked other backend that writes its
+    own queries) takes the graph's higher score and the graph leaves the ranking; the documents,
+    which write no query over records, never inherit. With no such heir the ranking is kept."""
+    ranked = [("graph", 0.89), ("docs", 0.88), ("sql", 0.85), ("api", 0.80)]
+    assert ph._handed_over(ranked, {"graph"}) == [("sql", 0.89), ("docs", 0.88), ("api", 0.80)]
+    assert ph._handed_over(ranked, set()) == ranked
+    lone = [("graph", 0.89), ("docs", 0.88)]
+    assert ph._handed_over(lone, {"graph"}) == lone
+    # a heir already above keeps its own score
+    assert ph._handed_over([("sql", 0.9), ("graph", 0.8)], {"graph"}) == [("sql", 0.9)]
+
+
+def test_a_one_join_relation_is_planned_for_the_database_and_a_deeper_one_for_the_graph(
+        novaops_services: Any) -> None:
+    """Written for this test, real e5, patterns and stores. A person's manager or direct reports,
+    a team's services and a project's members are columns and link tables of the database too
+    (`mirrored` patterns): the graph defers and the database is planned. A chain of managers, the
+    people under someone at any depth and the on-call roster are the graph's own."""
+    graph = BACKENDS["graph"]
+    one_join = ("Quem é a chefia imediata do Samuel Dias?", "Who reports directly to Gonçalo Pereira?",
+                "Which services does the Security team own?", "Quem participa do projeto Lakehouse Migration?")
+    deeper = ("Who is Samuel Dias's boss's boss?", "Quantas pessoas estão abaixo da Beatriz Nunes, em qualquer nível?",
+              "Quem está de plantão para o auth-service na semana 2026-W21?",
+              "Which services depend on redis-cache, directly or indirectly?")
+    for question in one_join:
+        assert graph.defers(novaops_services, question), question
+        routed = ph.route(question, novaops_services)
+        assert "graph" not in [n for n, _ in routed.matches[0].ranked], (question, routed.trace())
+        assert (routed.chosen or routed.best or routed.candidates[:1]) == ["sql"], (question, routed.trace())
+    for question in deeper:
+        assert not graph.defers(novaops_services, question), question
+        routed = ph.route(question, novaops_services)
+        planned = [*(routed.chosen or routed.best or routed.candidates[:1]), *routed.required]
+        assert "graph" in planned, (question, routed.trace())
+
+
 def test_the_database_and_the_graph_say_when_a_question_names_nothing_they_hold(novaops_services: Any) -> None:
     """The real hooks: the semantic model's words and the value index (sql); the gazetteer, ids,
     weeks and the patterns' floor with e5 (graph). A question about a rule names neither."""

@@ -256,6 +256,17 @@ class WordOrder(_Strict):
     entity_before: list[str] = Field(default_factory=list, description="the entity comes before one of these")
 
 
+class DatabaseForm(_Strict):
+    """A `mirrored` pattern's relation as a query over the semantic model: software builds the
+    query object from it and the pattern's filled parameters, so the database answers the
+    relation with no LLM call and no join written by a model.
+    """
+
+    columns: dict[str, str] = Field(description=(
+        "each column the pattern returns -> the semantic field (entity.member or join.member) that holds it"))
+    keys: dict[str, str] = Field(description="each parameter -> the semantic field equal to its resolved key")
+
+
 class GraphPattern(_Strict):
     """One named traversal: what it answers, how people ask it, its slots and its Cypher."""
 
@@ -276,6 +287,11 @@ class GraphPattern(_Strict):
     counts: list[str] = Field(default_factory=list, description=(
         "nouns that name one answer of the pattern (people, services): 'how many <noun>' is answered by "
         "counting the pattern's distinct answers"))
+    mirrored: DatabaseForm | None = Field(None, description=(
+        "every relation the pattern reads is also a column or a link table of the SQL store, one join "
+        "away, written here as semantic fields: the planner leaves such questions to the database (the "
+        "graph is planned for what only it holds and for relations of any depth), and the pattern still "
+        "answers when the graph is planned"))
 
     @model_validator(mode="after")
     def _consistent(self) -> GraphPattern:
@@ -297,6 +313,10 @@ class GraphPattern(_Strict):
         if self.counts and counting_query(self.cypher.ladybug, self.answer_column() or "") is None:
             raise ValueError("counts: the pattern's RETURN cannot be rewritten to count its answers "
                              "(a SKIP or LIMIT, or no returned column that is not a detail)")
+        if self.mirrored is not None and (set(self.mirrored.columns) != set(self.returns())
+                                          or set(self.mirrored.keys) != set(names)):
+            raise ValueError(f"mirrored: columns must be exactly the returned columns {self.returns()} and keys "
+                             f"exactly the parameters {names}")
         if set(self.details) & self.ordered_by():
             raise ValueError(f"details: {sorted(set(self.details) & self.ordered_by())} order the answer (the levels "
                              "of a chain): a column the pattern orders by is part of the answer, not a detail")
@@ -312,6 +332,10 @@ class GraphPattern(_Strict):
             if set(names) - used:
                 raise ValueError(f"cypher.{dialect}: does not use parameters {sorted(set(names) - used)}")
         return self
+
+    def about(self) -> str:
+        """The first sentence of the description: what the rows are, for synthesis to read them by."""
+        return " ".join(self.description.split()).split(": ", 1)[0].split(". ", 1)[0][:160]
 
     def returns(self) -> list[str]:
         """The column names of the final RETURN (its `AS` aliases), i.e. what the pattern answers with."""
@@ -697,6 +721,16 @@ class PatternAttempt:
     clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
 
 
+@dataclass(frozen=True)
+class MirroredQuery:
+    """A mirrored pattern's relation as a semantic query object, and the words its parameters took."""
+
+    pattern: str
+    query: dict[str, Any]
+    surfaces: tuple[str, ...]  # folded: what the question named for the parameters
+    about: str = ""  # what the rows are (`GraphPattern.about`)
+
+
 _engines: dict[tuple[str, int, int], PatternEngine] = {}
 _gazetteers: dict[tuple[int, str, int], Gazetteer] = {}
 _lock = threading.Lock()
@@ -776,8 +810,10 @@ class PatternEngine:
         vector = self.embeddings().embed_query(mask_entities(question, gazetteer))
         ranked = self.index(gazetteer).rank(vector)
         mentions = find_mentions(question, gazetteer or {}, _id_params(self.patterns))
+        nouns = _answer_nouns(question, self.patterns)
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
-                and not _ruled_out(self.patterns.pattern(name), question)]
+                and not _ruled_out(self.patterns.pattern(name), question)
+                and not _names_other_answers(self.patterns.pattern(name), nouns)]
         order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions) for name, _ in fits}
         if any(v is True for v in order.values()):
             # the question's verb fits a declared word order: it is about that relation, in that
@@ -1047,6 +1083,56 @@ class PatternEngine:
                                  engine=engine).problem is None
                        for c in self.rank(question, gazetteer).candidates if c.score >= floor)
 
+    def mirrored(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
+        """Whether the patterns near the question are all `mirrored` and the best of them fills
+        from the words alone: a clear match, or every close candidate. The database holds that
+        relation one join away, and the question is planned there. No LLM call.
+        """
+        return self._mirrored_fill(question, engine=engine, tool=tool) is not None
+
+    def _mirrored_fill(self, question: str, *, engine: Engine | None, tool: GraphTool | None
+                       ) -> tuple[GraphPattern, Filled] | None:
+        gazetteer = self.gazetteer(engine, tool)
+        result = self.rank(question, gazetteer)
+        if result.decision not in ("clear", "close") or not result.candidates:
+            return None
+        top = result.candidates[0].score
+        near = [c.name for c in result.candidates if top - c.score < self.patterns.matching.margin]
+        if not all(self.patterns.pattern(n).mirrored is not None for n in near):
+            return None
+        pattern = self.patterns.pattern(near[0])
+        filled = self.fill(pattern, question, today=date.today().isoformat(), gazetteer=gazetteer, engine=engine)
+        return (pattern, filled) if filled.problem is None else None
+
+    def database_query(self, question: str, *, engine: Engine | None, tool: GraphTool | None
+                       ) -> MirroredQuery | None:
+        """The semantic query object of a question a `mirrored` pattern answers, built from the
+        pattern's database form: its returned columns as dimensions, less the details the question
+        does not ask for, each parameter's resolved key as an equality filter, the pattern's order.
+        None when no mirrored pattern fits, the question asks for an aggregate (the semantic
+        query's own fill answers those), or it names another entity or a number than the
+        parameters took: a condition the form does not hold ("the tier 1 services of X"). No LLM call.
+        """
+        found = self._mirrored_fill(question, engine=engine, tool=tool)
+        if found is None or _aggregate_words(question, self.patterns.vocabulary):
+            return None
+        pattern, filled = found
+        mentions = find_mentions(question, self.gazetteer(engine, tool), _id_params(self.patterns))
+        keys = {str(v) for v in filled.values.values()}
+        rest = f" {fold(question)} "
+        for m in mentions:
+            rest = rest.replace(f" {m.surface} ", " ")
+        if any(m.value not in keys for m in mentions) or re.search(r"\d", rest):
+            return None
+        form = pattern.mirrored
+        assert form is not None  # _mirrored_fill keeps mirrored patterns only
+        shown = drop_unasked_details([dict.fromkeys(pattern.returns())], pattern.details, question)[0]
+        query = {"dimensions": [form.columns[c] for c in shown],
+                 "filters": [{"field": form.keys[p.name], "op": "in" if isinstance(v, list) else "=", "value": v}
+                             for p in pattern.parameters for v in [filled.values[p.name]]],
+                 "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
+        return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), pattern.about())
+
     def names_closure(self, question: str) -> bool:
         """Whether the question's words take a pattern's depth to its whole range ("direta ou
         indiretamente", "transitively": an int parameter's `word_values` at its maximum, above its
@@ -1306,6 +1392,23 @@ def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention])
             if at > first:
                 return True
     return False
+
+
+def _answer_nouns(question: str, patterns: PatternFile) -> set[str]:
+    """The patterns' answer nouns (`counts`, folded) that the question says."""
+    words = " " + " ".join(re.findall(r"\w+", fold(question))) + " "
+    return {n for p in patterns.patterns for n in (fold(c) for c in p.counts) if f" {n} " in words}
+
+
+def _names_other_answers(pattern: GraphPattern, said: set[str]) -> bool:
+    """Whether a `mirrored` pattern (a one-join list of one kind of record) is asked for another
+    kind: the question names what other patterns answer and none of this pattern's answer nouns.
+    "Which projects does the X team own" is near the team's services by every other word, and
+    answering it with services answers another question. Patterns that traverse keep their
+    candidates: their questions name levels, incidents or people beside what they answer.
+    """
+    own = {fold(c) for c in pattern.counts}
+    return pattern.mirrored is not None and bool(own) and not (own & said) and bool(said)
 
 
 def _ruled_out(pattern: GraphPattern, question: str) -> bool:

@@ -2548,6 +2548,27 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     return run
 
 
+def answer_object(data: dict[str, Any], tool: Any, model_path: Path) -> SemanticRun:
+    """Compile and run a query object that software built (a mirrored graph pattern's database
+    form, filled by the pattern's typed extraction), with no LLM call; a refusal is the run's
+    reason, and the caller falls back to the LLM's fill.
+    """
+    from tools.database import DatabaseUnavailable
+
+    run = SemanticRun(direct=True)
+    try:
+        layer = layer_for(model_path, tool)
+        q = layer.parse({**data, "expressible": True})
+    except DatabaseUnavailable as exc:
+        run.reason, run.fatal = str(exc)[:400], True
+        return run
+    except (PolicyError, OSError, SemanticQueryError) as exc:
+        run.reason = f"query object refused: {exc}"[:400]
+        return run
+    _execute(layer, q, tool, run)
+    return run
+
+
 def _static(layer: SemanticLayer) -> dict[str, str]:
     """The query prompt's static prefix values: the model and its worked examples."""
     return {"model": layer.describe(), "examples": layer.examples_text()}

@@ -11,7 +11,9 @@ a later stage reads), `warm(services, today, profile)` (the static prompt prefix
 calls share, evaluated ahead of the first question by `tramita warm`), and
 `leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate),
 `names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it),
-`required_by(services, text)` (the question needs the backend whatever the scores say), and
+`required_by(services, text)` (the question needs the backend whatever the scores say),
+`defers(services, text)` (another backend that writes its own query holds the text's relation: it
+takes this backend's place for that text), and
 `names_by_state(services, phrase)` (two words name rows it holds by their state: "open tickets" is a
 noun phrase, not the verb "open" and its object); an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
 `stands_in = True` one that writes its own query over records, so it may answer a question another
@@ -301,6 +303,18 @@ def render_rows(tag: str, context: dict[str, Any], max_rows: int = 25) -> str:
     more = f"\n… {len(rows) - max_rows} more" if len(rows) > max_rows else ""
     count = f"{len(rows)} result{'s' if len(rows) != 1 else ''}"
     return f"[{tag}] {count}:\n{head}\n" + "\n".join(lines) + more
+
+
+def render_about(tag: str, context: dict[str, Any]) -> str:
+    """`render_rows`, with what the rows are (a named pattern's `about`) under the head, so the
+    model reads "manager | role" as the person's manager and not the other way round.
+    """
+    table = render_rows(tag, context)
+    about = str(context.get("about") or "").strip()
+    if not about or not context.get("rows"):
+        return table
+    head, _, rest = table.partition("\n")
+    return f"{head}\n({about})\n{rest}"
 
 
 @dataclass

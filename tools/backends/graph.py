@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import PART_JOINER, BackendCall, Finding, render_rows, row_findings
+from tools.backends.base import PART_JOINER, BackendCall, Finding, render_about, row_findings
 from tools.services import Services
 
 if TYPE_CHECKING:
@@ -90,6 +90,15 @@ class GraphBackend:
         engine = _patterns(services)
         return engine is not None and engine.names_closure(text)
 
+    def defers(self, services: Services, text: str) -> bool:
+        """Whether the text asks for a relation the database also holds one join away (the patterns
+        near it are `mirrored`): the planner then gives the graph's place to the database, which
+        the data's own convention keeps for records and their direct links; the graph stays for
+        what only it holds and for relations of any depth.
+        """
+        engine = _patterns(services)
+        return engine is not None and engine.mirrored(text, engine=services.engine, tool=services.graph_tool)
+
     def names_nothing(self, services: Services, text: str) -> bool:
         """Whether `text` names no node the graph holds and comes near no named pattern
         (`PatternEngine.names_nothing`); without a patterns file, nothing is known: False.
@@ -105,12 +114,7 @@ class GraphBackend:
         """The rows, tagged [graph]; a pattern's rows come with what the pattern finds, so the model
         reads "manager | role" as the person's manager and not the other way round.
         """
-        table = render_rows(self.citation, context)
-        about = str(context.get("about") or "").strip()
-        if not about or not context.get("rows"):
-            return table
-        head, _, rest = table.partition("\n")
-        return f"{head}\n({about})\n{rest}"
+        return render_about(self.citation, context)
 
     @staticmethod
     def _about(call: BackendCall, name: str) -> str:
@@ -118,10 +122,9 @@ class GraphBackend:
         from tools.graph_patterns import PatternEngine
 
         try:
-            text = PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).description
+            return PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).about()
         except Exception:  # noqa: BLE001 - only context for synthesis
             return ""
-        return " ".join(text.split()).split(": ", 1)[0].split(". ", 1)[0][:160]
 
     def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
         """The text-to-Cypher prompt's static prefix for `today` (patterns need no call on a clear match)."""

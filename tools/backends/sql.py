@@ -12,14 +12,17 @@ SQLTool's read-only guard; the context records which one answered (`path`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import BackendCall, Finding, bounded_question, render_rows, row_findings
+from tools.backends.base import BackendCall, Finding, bounded_question, render_about, row_findings
 from tools.services import Services
 from tramita.base.policyfile import PolicyError
 from tramita.base.text import fold
+
+log = logging.getLogger("tramita.sql")
 
 if TYPE_CHECKING:
     from tools.semantic_layer import SemanticLayer
@@ -53,6 +56,9 @@ class SQLBackend:
         tool = call.services.sql_tool
         call = replace(call, given=(*call.given, *_antecedent(call)))
         question = _named_referent(call, bounded_question(call.question, call.given))
+        mirrored = _mirrored(call, question)
+        if mirrored is not None:
+            return mirrored
         sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
@@ -74,8 +80,10 @@ class SQLBackend:
         return row_findings(context)
 
     def render(self, context: dict[str, Any]) -> str:
-        """The rows as a small table tagged [SQL] (both paths alike)."""
-        return render_rows(self.citation, context)
+        """The rows as a small table tagged [SQL] (every path alike), with what they are when a
+        mirrored pattern's form answered (`about`).
+        """
+        return render_about(self.citation, context)
 
     def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
         """The semantic query prompt's static prefix, evaluated before the first question."""
@@ -138,6 +146,43 @@ def _values(tool: SQLTool) -> ValueIndex:
     from tools.sql_values import value_index
 
     return value_index(tool.url, tool.query, load_schema(tool.schema_path))
+
+
+def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
+    """The context of a relation a mirrored graph pattern names (a person's manager, a team's
+    services), answered from the pattern's database form with the pattern's own slot filling and
+    no LLM call; None when no such pattern fits, or its query fails (the LLM's fill then answers,
+    and the failure is not lost: it is logged).
+
+    Why: the small model's fill for "who are X's direct reports" joined the manager the wrong way
+    round; the pattern's typed extraction resolves the person and the form holds the join.
+    """
+    from tools.graph_patterns import PatternEngine
+    from tools.semantic_layer import answer_object
+
+    if call.given:  # an earlier source's set bounds this part: the LLM's fill binds it
+        return None
+    path = call.services.settings.graph_patterns_file()
+    try:
+        graph = call.services.graph_tool if call.services.graph_tool.available() else None
+        found = PatternEngine.for_file(path).database_query(question, engine=call.services.engine, tool=graph) \
+            if path.exists() else None
+    except Exception as exc:  # noqa: BLE001 - no form: the semantic fill answers
+        log.warning("mirrored patterns unusable: %s", exc)
+        return None
+    if found is None:
+        return None
+    said = " ".join(found.surfaces)
+    if any(fold(h.value) not in said for h in _values(call.services.sql_tool).match(question)):
+        return None  # a stored value beyond the pattern's parameters: a condition the form does not hold
+    name = found.pattern
+    sem = answer_object(found.query, call.services.sql_tool, call.services.settings.semantic_model_file())
+    if not (sem.ok or sem.fatal):
+        log.warning("mirrored pattern %s: %s", name, sem.reason)
+        return None
+    return {"backend": SQLBackend.name, "path": f"semantic:pattern:{name}", "semantic_query": sem.query_object,
+            "query": sem.sql, "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": 0,
+            "about": found.about}
 
 
 def _antecedent(call: BackendCall) -> tuple[Finding, ...]:

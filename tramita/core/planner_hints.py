@@ -22,6 +22,8 @@ backends:
   and the words the document titles share) reaches the documents, and a backend whose
   `required_by` hook claims the question is in the plan too (the graph: a relation of any depth,
   "direta ou indiretamente", read from the patterns' own depth words);
+- a backend whose `defers` hook says another record store holds the text's relation one join away
+  (the graph: a person's manager, a team's services) gives its place and score to that store;
 - a text that asks what a rule sets (a deadline, a limit, who must approve) rather than what the
   records hold, by the margin of a prototype classifier (`rule_lead`), goes to the rules' backend
   alone, unless it names a person or a record id;
@@ -532,6 +534,29 @@ def silent(text: str, services: Services) -> set[str]:
     return set(_saying("names_nothing", services, text))
 
 
+def deferring(text: str, services: Services) -> set[str]:
+    """The backends whose `defers(services, text)` hook says another record store answers `text`."""
+    return set(_saying("defers", services, text))
+
+
+def _handed_over(ranked: list[tuple[str, float]], defer: set[str]) -> list[tuple[str, float]]:
+    """`ranked` with each deferring backend's place given to the best-ranked other backend that
+    writes its own query over records (`stands_in`), at the higher of the two scores; a deferring
+    backend with no such other backend keeps its place.
+
+    Why: a person's manager, a team's services or a project's members are in the database and in
+    the graph alike; the graph's examples of those relations drew such questions to the graph,
+    where the data's convention keeps them in the database.
+    """
+    out = dict(ranked)
+    for name, score in ranked:
+        heir = next((n for n, _ in ranked if n != name and n not in defer and stands_in(n)), None)
+        if name in defer and heir is not None:
+            out[heir] = max(out[heir], score)
+            del out[name]
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
 def evidence(text: str, services: Services) -> dict[str, float]:
     """Each backend's `evidence(services, text)`: how close its own content comes to `text` (the
     documents: the best passage). A backend without the hook, or whose store fails, gives none.
@@ -617,6 +642,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         ranked = _scores(index, vector, index.masker.words(text, index.stop), m, found)
         quiet = silent(text, services)
         ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
+        ranked = _handed_over(ranked, deferring(text, services) - quiet)
         lead = rule_lead(vector, model) if _may_be_rule(masked) else None
         matches.append(_rule_or_decide(text, ranked, m, lead))
     names = list(index.index.names)
