@@ -163,7 +163,7 @@ def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_servi
     assert ctx["path"] == "semantic:pattern:team_services"
     assert [list(r) for r in ctx["rows"]][0] == ["services.service_id"]  # no detail asked, none shown
     engine = PatternEngine.for_file(novaops_services.settings.graph_patterns_file())
-    for other in ("Quais serviços tier 1 são do time de SRE?",  # a number: a condition
+    for other in ("Quais serviços de tier 1 são do time de SRE?",  # a number: a condition
                   "Quantos serviços o time de SRE tem?",  # an aggregate
                   "Which services does the SRE team own with incidents on payments-api?"):  # another entity
         assert engine.database_query(other, engine=novaops_services.engine, tool=novaops_services.graph_tool) is None, other

@@ -323,6 +323,10 @@ def test_the_graph_says_when_it_answers_the_relation_but_not_the_aggregate(novao
     graph = BACKENDS["graph"]
     assert graph.leaves_aggregate(novaops_services, "Qual o total de despesas aprovadas do pessoal que responde ao "
                                                     "Gonçalo Pereira, em qualquer nível?")
+    # a count of other things than the matched pattern answers: another pattern counts incidents,
+    # but the relation matched here answers services, so the count is another source's job
+    assert graph.leaves_aggregate(novaops_services, "Quantos incidentes cada um dos serviços afetados pelo "
+                                                    "INC-2063 já registrou como serviço principal?")
     for question in ("Quem está abaixo do Gonçalo Pereira no organograma, em qualquer nível?",  # no aggregate
                      "Quantas pessoas estão abaixo do Gonçalo Pereira, em qualquer nível?",  # a count of its answers
                      "What's the average approval limit across the company?"):  # no relation it can fill

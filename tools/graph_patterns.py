@@ -1151,17 +1151,19 @@ class PatternEngine:
         """
         vocab = self.patterns.vocabulary
         aggregates = _aggregate_words(question, vocab)
-        if not aggregates or (set(aggregates) <= {fold(w) for w in vocab.count_words} and any(
-                counts_answers(question, vocab.count_words, p.counts) for p in self.patterns.patterns)):
+        if not aggregates:
             return False
+        counting = set(aggregates) <= {fold(w) for w in vocab.count_words}
         gazetteer = self.gazetteer(engine, tool)
         for text in [question, *relative_clauses(question, vocab.relative_words)]:
             ranked = self.rank(text, gazetteer)
             if ranked.decision == "clear" and ranked.best is not None:
+                pattern = self.patterns.pattern(ranked.best)
+                if counting and counts_answers(question, vocab.count_words, pattern.counts):
+                    return False  # "how many people are under X": the pattern counts its own answers
                 # every parameter from the words themselves ("the average approval limit across the
                 # company" matches a pattern about people and names nobody)
-                filled = self.fill(self.patterns.pattern(ranked.best), text, today=date.today().isoformat(),
-                                   gazetteer=gazetteer, engine=engine)
+                filled = self.fill(pattern, text, today=date.today().isoformat(), gazetteer=gazetteer, engine=engine)
                 if filled.problem is None:
                     return True
         return False
