@@ -76,6 +76,8 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
         best = [n for n in (matched.best if matched is not None else []) if n in candidates] or candidates[:1]
         if len(candidates) == 1:
             chosen, reason = candidates, "the only candidate"
+        elif matched is not None and matched.alone:
+            chosen, reason = list(matched.alone), "close: the backend its words require counts the answer itself"
         elif ask is None:
             chosen = best
             reason = "close: each part's best match (no LLM planner)" if len(chosen) > 1 else \
@@ -96,6 +98,9 @@ def decide(matched: Route | None, ask: Callable[[list[str]], tuple[list[str], st
     follow = matched.aggregator(chosen) if matched is not None else None
     if follow is not None:  # a source that answers only the relation: one that aggregates follows it
         chosen, reason = [*chosen, follow], f"{reason}; + {follow}, to aggregate over the relation's rows"
+    lead = matched.relation(chosen) if matched is not None else None
+    if lead is not None:  # an aggregate over a relation only another source holds: that source first
+        chosen, reason = [lead, *chosen], f"{reason}; + {lead}, for the relation the aggregate is over"
     return [n for n in names if n in chosen], reason, errors  # registry order: stable routes and traces
 
 

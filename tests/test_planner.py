@@ -318,6 +318,46 @@ def test_a_source_that_answers_only_the_relation_is_followed_by_one_that_aggrega
     assert _plan("q", never, monkeypatch, other)["plan"]["backends"] == ["docs"]  # the graph is not planned
 
 
+def test_an_aggregate_over_a_relation_only_another_source_holds_plans_that_source_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database matched best ("how many tickets"), but the set it counts over is the graph's
+    (`hands_on`): the graph is planned with it. Without the hook's word, or when the chosen
+    source does not aggregate, nothing is added."""
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    ranked = [("sql", 0.91), ("graph", 0.90), ("docs", 0.85)]
+    whole = ph.Match("q", ranked, "close", None, ["sql", "graph"])
+    route = ph.Route("close", [], ["sql", "graph"], [whole], "close", hands_on=["graph"])
+    out = _plan("q", never, monkeypatch, route, llm_when_close=False)
+    assert out["plan"]["backends"] == ["sql", "graph"] and "relation" in out["plan"]["reason"]
+    plain = ph.Route("close", [], ["sql", "graph"], [whole], "close")
+    assert _plan("q", never, monkeypatch, plain, llm_when_close=False)["plan"]["backends"] == ["sql"]
+    docs = ph.Route("clear", ["docs"], ["docs"], [whole], "clear", hands_on=["graph"])
+    assert _plan("q", never, monkeypatch, docs)["plan"]["backends"] == ["docs"]
+
+
+def test_a_required_backend_that_counts_the_answer_itself_is_planned_alone(monkeypatch: pytest.MonkeyPatch,
+                                                                            novaops_services: Any) -> None:
+    """A close route whose required backend answers a one-part question's count itself (`alone`)
+    plans it alone; without it the best match stays beside the required one. The real hook reads
+    the patterns: "how many people" under someone at any depth is the pattern's own count, a
+    count of other things over them is not, and no aggregate is no count."""
+    def never(_p: str) -> str:
+        raise AssertionError("the LLM planner was asked")
+
+    whole = ph.Match("q", [("sql", 0.91), ("graph", 0.89)], "close", None, ["sql", "graph"])
+    alone = ph.Route("close", [], ["sql", "graph"], [whole], "close", ["graph"], alone=["graph"])
+    assert _plan("q", never, monkeypatch, alone, llm_when_close=False)["plan"]["backends"] == ["graph"]
+    beside = ph.Route("close", [], ["sql", "graph"], [whole], "close", ["graph"])
+    assert _plan("q", never, monkeypatch, beside, llm_when_close=False)["plan"]["backends"] == ["sql", "graph"]
+    graph = BACKENDS["graph"]
+    assert graph.answers_count(novaops_services, "Quantas pessoas estão abaixo da Beatriz Nunes, em qualquer nível?")
+    for other in ("Quantos chamados abertos têm as pessoas abaixo da Beatriz Nunes, em qualquer nível?",
+                  "Quem está abaixo da Beatriz Nunes, em qualquer nível?"):
+        assert not graph.answers_count(novaops_services, other), other
+
+
 def test_the_graph_says_when_it_answers_the_relation_but_not_the_aggregate(novaops_services: Any) -> None:
     """The real hook: the patterns file, the gazetteer and e5 over the ingested stores."""
     graph = BACKENDS["graph"]

@@ -1142,6 +1142,23 @@ class PatternEngine:
         return any(isinstance(p, IntParam) and p.maximum > p.minimum and p.said_value(question) == p.maximum
                    for pat in self.patterns.patterns for p in pat.parameters)
 
+    def counts_itself(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
+        """Whether the question's only aggregate is "how many" of what the pattern it matches
+        clearly answers, filled from the words alone ("how many people are under X, at any
+        level"): the pattern's count is the whole answer. No LLM call.
+        """
+        vocab = self.patterns.vocabulary
+        aggregates = _aggregate_words(question, vocab)
+        if not aggregates or not set(aggregates) <= {fold(w) for w in vocab.count_words}:
+            return False
+        gazetteer = self.gazetteer(engine, tool)
+        ranked = self.rank(question, gazetteer)
+        if ranked.decision != "clear" or ranked.best is None:
+            return False
+        pattern = self.patterns.pattern(ranked.best)
+        return counts_answers(question, vocab.count_words, pattern.counts) and self.fill(
+            pattern, question, today=date.today().isoformat(), gazetteer=gazetteer, engine=engine).problem is None
+
     def leaves_aggregate(self, question: str, *, engine: Engine | None, tool: GraphTool | None) -> bool:
         """Whether the question asks for an aggregate the patterns do not count (a total, an
         average, a count of other things) over a relation a pattern matches clearly and fills from
@@ -1161,6 +1178,8 @@ class PatternEngine:
                 pattern = self.patterns.pattern(ranked.best)
                 if counting and counts_answers(question, vocab.count_words, pattern.counts):
                     return False  # "how many people are under X": the pattern counts its own answers
+                if pattern.mirrored is not None:
+                    return False  # a one-join relation: the source that aggregates holds it too
                 # every parameter from the words themselves ("the average approval limit across the
                 # company" matches a pattern about people and names nobody)
                 filled = self.fill(pattern, text, today=date.today().isoformat(), gazetteer=gazetteer, engine=engine)

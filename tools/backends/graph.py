@@ -83,6 +83,13 @@ class GraphBackend:
             sql = None
         return engine.leaves_aggregate(question, engine=sql, tool=services.graph_tool)
 
+    def answers_count(self, services: Services, question: str) -> bool:
+        """Whether a named pattern answers the question's count itself (`PatternEngine.counts_itself`):
+        a backend its words require then answers a one-part question alone.
+        """
+        engine = _patterns(services)
+        return engine is not None and engine.counts_itself(question, engine=services.engine, tool=services.graph_tool)
+
     def required_by(self, services: Services, text: str) -> bool:
         """Whether the question names a relation of any depth (`PatternEngine.names_closure`): the
         graph is then in the plan whatever the scores say, as the documents are for a named policy.

@@ -427,11 +427,12 @@ class Route:
     required: list[str] = field(default_factory=list)  # in the plan whatever the LLM says (named documents)
     best: list[str] = field(default_factory=list)  # a close case's plan without the LLM (default: the top candidate)
     hands_on: list[str] = field(default_factory=list)  # answer the relation only: a source that aggregates follows
+    alone: list[str] = field(default_factory=list)  # required, and answering a one-part question's count itself
 
     def trace(self) -> dict[str, Any]:
         """The route as the turn trace shows it (`plan_match`)."""
         return {"decision": self.decision, "chosen": self.chosen, "candidates": self.candidates,
-                "required": self.required, "best": self.best, "hands_on": self.hands_on,
+                "required": self.required, "best": self.best, "hands_on": self.hands_on, "alone": self.alone,
                 "matches": [m.trace() for m in self.matches]}
 
     def aggregator(self, chosen: Sequence[str]) -> str | None:
@@ -445,6 +446,18 @@ class Route:
             return None
         ranked = [n for n, _ in self.matches[0].ranked] if self.matches else []
         return next((n for n in ranked if aggregates(n) and n not in chosen), None)
+
+    def relation(self, chosen: Sequence[str]) -> str | None:
+        """The backend to put before `chosen`: when `chosen` aggregates but holds none of the
+        backends that answer the question's relation (`hands_on`), the first of those.
+
+        Why: "for each service X hit, how many tickets were opened" matched the database (the
+        count) a little better than the graph (the services hit); the database alone counted every
+        service's tickets.
+        """
+        if set(chosen) & set(self.hands_on) or not any(aggregates(n) for n in chosen):
+            return None
+        return next((n for n in self.hands_on if n not in chosen), None)
 
     def standby(self, chosen: Sequence[str]) -> str | None:
         """The backend that answers in place of a planned one whose query fails: the best-ranked
@@ -511,6 +524,11 @@ def hands_on(question: str, services: Services) -> list[str]:
     question's relation but not its aggregate.
     """
     return _saying("leaves_aggregate", services, question)
+
+
+def counting(question: str, services: Services) -> list[str]:
+    """The backends whose `answers_count(services, question)` hook says they answer its count themselves."""
+    return _saying("answers_count", services, question)
 
 
 def required(question: str, services: Services) -> list[str]:
@@ -667,8 +685,11 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
                      hands_on=relation_only)
     candidates = {n for x in matches for n in x.close} | set(needed)
     ordered = [n for n, _ in whole.ranked if n in candidates]
+    # "how many people are under X, at any level": the graph its words require counts the answer
+    # itself; the database, ranked first on "how many people", would count another set
+    alone = [n for n in named if not pieces and n not in relation_only and n in counting(question, services)]
     # without the LLM, a question that asks two things takes each part's top source: one source
     # for a two-part question loses the other part's answer
     tops = {x.ranked[0][0] for x in pieces if x.ranked and x.decision != "none"}
     best = [n for n in names if n in tops | set(needed)] if len(tops) > 1 else []
-    return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only)
+    return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only, alone)
