@@ -807,10 +807,11 @@ class PatternEngine:
         from tools.registry_index import decide
 
         k = self.patterns.matching.candidates
-        vector = self.embeddings().embed_query(mask_entities(question, gazetteer))
+        masked = mask_entities(question, gazetteer)
+        vector = self.embeddings().embed_query(masked)
         ranked = self.index(gazetteer).rank(vector)
         mentions = find_mentions(question, gazetteer or {}, _id_params(self.patterns))
-        nouns = _answer_nouns(question, self.patterns)
+        nouns = _answer_nouns(masked, self.patterns)  # not a word of a name ("Finance & People")
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
                 and not _ruled_out(self.patterns.pattern(name), question)
                 and not _names_other_answers(self.patterns.pattern(name), nouns)]
