@@ -531,6 +531,9 @@ DIRECTIONS = [
     ("service_dependencies", "De quais serviços o fraud-detector depende?"),
     ("service_dependents", "Quem chama o search-service?"),
     ("service_dependencies", "O search-service chama quais serviços?"),
+    # a depth word between the verb and its preposition is read past
+    ("service_dependents", "Which services rely directly on secrets-vault?"),
+    ("service_dependents", "Quais serviços dependem diretamente do fraud-detector?"),
 ]
 
 

@@ -32,6 +32,7 @@ that is in the patterns file.
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 import re
 import threading
 import unicodedata
@@ -746,6 +747,12 @@ class PatternEngine:
         self._indexes: dict[str, ToolIndex] = {}
         self._index_lock = threading.Lock()
 
+    @cached_property
+    def _modifiers(self) -> frozenset[str]:
+        """The one-word depth modifiers of the file's int parameters ("diretamente", "directly")."""
+        return frozenset(fold(w) for pat in self.patterns.patterns for p in pat.parameters if isinstance(p, IntParam)
+                         for words in p.word_values.values() for w in words if len(w.split()) == 1)
+
     @classmethod
     def for_file(cls, path: Path) -> PatternEngine:
         """The process-wide engine of a patterns file, reloaded when the file changes."""
@@ -815,7 +822,8 @@ class PatternEngine:
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
                 and not _ruled_out(self.patterns.pattern(name), question)
                 and not _names_other_answers(self.patterns.pattern(name), nouns)]
-        order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions) for name, _ in fits}
+        order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions, self._modifiers)
+                 for name, _ in fits}
         if any(v is True for v in order.values()):
             # the question's verb fits a declared word order: it is about that relation, in that
             # direction; patterns whose order misfits, or that declare none, go
@@ -1395,14 +1403,18 @@ def _narrowed(tool: GraphTool, cypher: str, params: dict[str, Any], rows: list[d
 _ARTICLES = frozenset("o a os as the".split())
 
 
-def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention]) -> bool | None:
-    """None: the pattern declares no word order; else whether the question's word order fits it."""
+def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention],
+                skip: frozenset[str] = frozenset()) -> bool | None:
+    """None: the pattern declares no word order; else whether the question's word order fits it.
+    Articles and the one-word depth modifiers (`skip`: "directly") are read past: "services that
+    depend directly on X" is "depend on X".
+    """
     if order is None or not (order.entity_after or order.entity_before):
         return None
     text = f" {fold(question)} "
     for m in sorted(mentions, key=lambda m: -len(m.surface)):
         text = text.replace(f" {m.surface} ", " @entity ")
-    tokens = [t for t in text.split() if t not in _ARTICLES]
+    tokens = [t for t in text.split() if t not in _ARTICLES and t not in skip]
     joined = " ".join(tokens)
     for phrase in order.entity_after:
         if f" {' '.join(fold(phrase).split())} @entity " in f" {joined} ":
