@@ -32,13 +32,13 @@ that is in the patterns file.
 from __future__ import annotations
 
 import logging
-from functools import cached_property
 import re
 import threading
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
