@@ -506,6 +506,16 @@ def test_a_date_value_in_the_users_words_reads_as_its_period(layer: SemanticLaye
                          {"field": "expenses.category", "op": "=", "value": "march 2026"}]}
     kept, notes = layer.read_periods(layer.parse(vague), "expenses filed recently", "2026-05-15")
     assert kept.filters == layer.parse(vague).filters and notes == []  # no period named; a text column untouched
+    # a day the question never names, where it names one period: that period (settle dropped the
+    # day, and the year with it)
+    today = {"measures": ["incidents.count"],
+             "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2026-05-15"}]}
+    read, notes = layer.read_periods(layer.parse(today), "quantos incidentes foram abertos em 2025 no auth-service?",
+                                     "2026-05-15")
+    assert read.filters == [("incidents.opened_at", "=", "2025")] and notes
+    for named_day in ("quantos incidentes foram abertos em 15/05/2026?", "incidents opened in 2025 or 2026?"):
+        kept, _ = layer.read_periods(layer.parse(today), named_day, "2026-05-15")
+        assert kept.filters == layer.parse(today).filters, named_day  # a day said, or two periods: untouched
 
 
 @pytest.mark.parametrize(("question", "op", "value"), [

@@ -264,8 +264,13 @@ class DatabaseForm(_Strict):
     """
 
     columns: dict[str, str] = Field(description=(
-        "each column the pattern returns -> the semantic field (entity.member or join.member) that holds it"))
-    keys: dict[str, str] = Field(description="each parameter -> the semantic field equal to its resolved key")
+        "each column the pattern returns -> the semantic field (entity.member or join.member) that holds it; "
+        "a detail column the database does not hold may be left out"))
+    keys: dict[str, str] = Field(default_factory=dict, description=(
+        "each entity or id parameter -> the semantic field equal to its resolved key"))
+    when: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "enum parameter -> the options the database holds: the form answers only when the parameter's value "
+        "is among them (an incident's primary service is a column; its downstream impact is the graph's)"))
 
 
 class GraphPattern(_Strict):
@@ -314,10 +319,19 @@ class GraphPattern(_Strict):
         if self.counts and counting_query(self.cypher.ladybug, self.answer_column() or "") is None:
             raise ValueError("counts: the pattern's RETURN cannot be rewritten to count its answers "
                              "(a SKIP or LIMIT, or no returned column that is not a detail)")
-        if self.mirrored is not None and (set(self.mirrored.columns) != set(self.returns())
-                                          or set(self.mirrored.keys) != set(names)):
-            raise ValueError(f"mirrored: columns must be exactly the returned columns {self.returns()} and keys "
-                             f"exactly the parameters {names}")
+        if self.mirrored is not None:
+            form, returned = self.mirrored, set(self.returns())
+            enums = {p.name: p for p in self.parameters if isinstance(p, EnumParam)}
+            if set(form.columns) - returned or returned - set(self.details) - set(form.columns):
+                raise ValueError(f"mirrored: columns must be returned columns {self.returns()}, every one that is "
+                                 f"not a detail among them")
+            if set(form.keys) | set(form.when) != set(names) or set(form.when) - set(enums):
+                raise ValueError(f"mirrored: keys and when must name exactly the parameters {names} (when: the "
+                                 "enum ones)")
+            for name, options in form.when.items():
+                if set(options) - set(enums[name].options):
+                    raise ValueError(f"mirrored.when.{name}: {sorted(set(options) - set(enums[name].options))} "
+                                     f"are not options of the parameter ({enums[name].options})")
         if set(self.details) & self.ordered_by():
             raise ValueError(f"details: {sorted(set(self.details) & self.ordered_by())} order the answer (the levels "
                              "of a chain): a column the pattern orders by is part of the answer, not a detail")
@@ -1111,7 +1125,10 @@ class PatternEngine:
             return None
         pattern = self.patterns.pattern(near[0])
         filled = self.fill(pattern, question, today=date.today().isoformat(), gazetteer=gazetteer, engine=engine)
-        return (pattern, filled) if filled.problem is None else None
+        form = pattern.mirrored
+        assert form is not None  # every near pattern is mirrored
+        held = all(set(_as_list(filled.values.get(n))) <= set(options) for n, options in form.when.items())
+        return (pattern, filled) if filled.problem is None and held else None
 
     def database_query(self, question: str, *, engine: Engine | None, tool: GraphTool | None
                        ) -> MirroredQuery | None:
@@ -1135,10 +1152,11 @@ class PatternEngine:
             return None
         form = pattern.mirrored
         assert form is not None  # _mirrored_fill keeps mirrored patterns only
-        shown = drop_unasked_details([dict.fromkeys(pattern.returns())], pattern.details, question)[0]
+        shown = [c for c in drop_unasked_details([dict.fromkeys(pattern.returns())], pattern.details, question)[0]
+                 if c in form.columns]
         query = {"dimensions": [form.columns[c] for c in shown],
                  "filters": [{"field": form.keys[p.name], "op": "in" if isinstance(v, list) else "=", "value": v}
-                             for p in pattern.parameters for v in [filled.values[p.name]]],
+                             for p in pattern.parameters if p.name in form.keys for v in [filled.values[p.name]]],
                  "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
         return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), pattern.about())
 
@@ -1426,6 +1444,10 @@ def _order_fits(order: WordOrder | None, question: str, mentions: list[Mention],
             if at > first:
                 return True
     return False
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _answer_nouns(question: str, patterns: PatternFile) -> set[str]:

@@ -976,10 +976,19 @@ class SemanticLayer:
         them is the same calendar code that wrote the hint (`question_periods`), not a guess.
         A value that names no single period is left for the compiler to refuse.
         """
-        named = {fold(words): period for words, period in question_periods(question, today)}
+        said = question_periods(question, today)
+        named = {fold(words): period for words, period in said}
+        # the model wrote one day (today, mostly) where the question names no day and exactly one
+        # period ("opened in 2026"): that period is the user's, the day is not
+        periods = {period for _, period in said} or {
+            m.group(0) for m in _YEARISH.finditer(fold(question)) if re.fullmatch(r"\d{4}", m.group(0))}
+        lone = next(iter(periods)) if len(periods) == 1 and not _names_day(question, re.findall(r"\w+", fold(question))) \
+            else None
 
         def read(value: Any) -> Any:
             text = str(value).strip()
+            if lone is not None and isinstance(value, str) and _DAY.fullmatch(text):
+                return lone
             if not isinstance(value, str) or _PERIOD.match(text) or _is_exact_timestamp(text):
                 return value
             found = {p for _, p in question_periods(text, today)} or (

@@ -13,6 +13,7 @@ SQLTool's read-only guard; the context records which one answered (`path`).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -158,10 +159,13 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     round; the pattern's typed extraction resolves the person and the form holds the join.
     """
     from tools.graph_patterns import PatternEngine
-    from tools.semantic_layer import answer_object
+    from tools.semantic_layer import answer_object, folded_cues, ranking_words
 
     if call.given:  # an earlier source's set bounds this part: the LLM's fill binds it
         return None
+    tokens = fold(question).split()
+    if ranking_words(tokens) or folded_cues().order & set(tokens):
+        return None  # "the most recent incident of X": a ranking the form does not hold
     path = call.services.settings.graph_patterns_file()
     try:
         graph = call.services.graph_tool if call.services.graph_tool.available() else None
@@ -172,8 +176,11 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
         return None
     if found is None:
         return None
-    said = " ".join(found.surfaces)
-    if any(fold(h.value) not in said for h in _values(call.services.sql_tool).match(question)):
+    def words(text: str) -> str:
+        return " ".join(re.findall(r"\w+", fold(text)))
+
+    said = f" {' | '.join(words(s) for s in found.surfaces)} "
+    if any(f" {words(h.value)} " not in said for h in _values(call.services.sql_tool).match(question)):
         return None  # a stored value beyond the pattern's parameters: a condition the form does not hold
     name = found.pattern
     sem = answer_object(found.query, call.services.sql_tool, call.services.settings.semantic_model_file())
