@@ -13,7 +13,8 @@ calls share, evaluated ahead of the first question by `tramita warm`), and
 `names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it),
 `required_by(services, text)` (the question needs the backend whatever the scores say),
 `defers(services, text)` (another backend that writes its own query holds the text's relation: it
-takes this backend's place for that text), and
+takes this backend's place for that text), `answers_count(services, question)` (it counts the
+question's answer itself: a required backend then answers a one-part question alone), and
 `names_by_state(services, phrase)` (two words name rows it holds by their state: "open tickets" is a
 noun phrase, not the verb "open" and its object); an attribute `aggregates = True` marks a backend that counts and sums over what another found, and
 `stands_in = True` one that writes its own query over records, so it may answer a question another
