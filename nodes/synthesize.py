@@ -287,7 +287,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
 
     one = question is None or bool(folded_cues().superlatives & set(re.findall(r"\w+", fold(question))))
     folded = fold(answer)
-    for c in contexts:
+    # the last stage first: its rows answer the question (a count per service), the earlier ones
+    # are the set it was computed over (the services), whose names its list then already gives
+    for c in reversed(contexts):
         rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
         if not 2 <= len(rows) <= LIST_ROWS:
             continue

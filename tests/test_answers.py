@@ -238,6 +238,18 @@ def test_a_complete_or_non_list_answer_is_left_alone(answer: str) -> None:
     assert complete_list("svc-1 and svc-2 and more.", [many], "en") == "svc-1 and svc-2 and more."
 
 
+def test_a_chained_answer_lists_the_last_stages_figures_not_the_set_it_counted_over() -> None:
+    """The graph found three services, the database counted each one's tickets; the answer named
+    two counts. The full list is the database's, with each figure: the graph's bare names, listed
+    first, left the third count out of the answer."""
+    services = {"backend": "graph", "rows": [{"service": s} for s in ("svc-a", "svc-b", "svc-c")]}
+    counts = {"backend": "sql", "query": "SELECT service_id, COUNT(*) AS n FROM tickets GROUP BY service_id",
+              "rows": [{"service_id": "svc-a", "n": 4}, {"service_id": "svc-b", "n": 2}, {"service_id": "svc-c", "n": 1}]}
+    out = complete_list("svc-b has 2 open tickets and svc-c has 1.", [services, counts], "en",
+                        "How many open tickets does each service that calls svc-x have?")
+    assert "svc-a (4)" in out and out.count("Full list") == 1, out
+
+
 # ---------------------------------------------------------------------------- real model
 
 @pytest.mark.real_model
