@@ -634,6 +634,23 @@ def test_settle_answers_the_newest_or_oldest_row_by_the_entitys_date(
     assert not results_match(want, _answer(layer, tool, layer.parse(filled)), ordered=True, strict=True)
 
 
+def test_a_later_part_that_asks_for_a_column_adds_it_to_the_list(layer: SemanticLayer, tool: SQLTool,
+                                                                  novaops: Path) -> None:
+    """Written for this test: the model listed the newest ticket's id and date, and the second part
+    of the question asks for its priority by its word; the column is added. One part alone, or a
+    column named only as a condition, adds nothing."""
+    filled = {"dimensions": ["tickets.ticket_id", "tickets.created_at"],
+              "filters": [{"field": "tickets.service_id", "op": "=", "value": "search-service"}],
+              "order": [{"field": "tickets.created_at", "direction": "desc"}], "limit": 1}
+    settled, notes = layer.settle(layer.parse(filled), "Qual o chamado mais novo do search-service, e qual a prioridade?")
+    assert "tickets.priority" in settled.dimensions and any("priority" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT ticket_id, created_at, priority FROM tickets WHERE service_id = 'search-service' "
+                          "ORDER BY created_at DESC LIMIT 1")
+    assert results_match(gold, _answer(layer, tool, settled), ordered=True, strict=True)
+    alone, _ = layer.settle(layer.parse(filled), "Qual o chamado mais novo do search-service com prioridade?")
+    assert "tickets.priority" not in alone.dimensions
+
+
 RANKED = {"measures": ["expenses.count"], "dimensions": ["approver.full_name"],
           "filters": [{"field": "expenses.status", "op": "=", "value": "rejected"}]}
 

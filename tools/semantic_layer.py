@@ -834,7 +834,7 @@ class SemanticLayer:
         if not measures and kept:
             swapped_in, notes = self._named_dimensions(kept, text)
             if notes and self._lists(q, swapped_in):
-                renamed = dict(zip(kept, swapped_in, strict=True))
+                renamed = dict(zip(kept, swapped_in, strict=False))  # an added column renames nothing
                 kept, order, dropped = swapped_in, [(renamed.get(f, f), d) for f, d in order], [*dropped, *notes]
             asked = self._asked_labels(kept, tokens, q.filters)
             if each_row:
@@ -1436,7 +1436,8 @@ class SemanticLayer:
         and its severity" filled with the time to resolve shows the severity. Only for a column of
         the model's that the question does not name and that does not name rows itself (a label, a
         key, a join key, the period date), when exactly one other column of its entity is named
-        and not shown.
+        and not shown; with nothing to swap, that one column is added ("the latest incident of X,
+        and its severity" filled with the id and the date).
         """
         out, notes = list(kept), []
         for i, name in enumerate(kept):
@@ -1453,6 +1454,22 @@ class SemanticLayer:
             if len(said) == 1:
                 out[i] = f"{prefix}.{said[0]}"
                 notes.append(f"{name} (the question names {said[0]}: {out[i]})")
+        from tools.backends.base import question_parts
+
+        first = self._dimension(kept[0]) if kept and not notes else None
+        later = question_parts(text)[1:]
+        if first is not None and later:
+            # nothing to swap (the model showed only the key and the date), and a later part of the
+            # question asks for one column by its word ("…, e qual a severidade?"): it is added
+            prefix, entity, _, _ = first
+            ent = self.spec.entities[entity]
+            plain = {self._label(entity), ent.primary_key, ent.period_dimension()}
+            said = [m for m in ent.dimensions if m not in plain and f"{prefix}.{m}" not in out
+                    and not self._joins_on(entity, m)
+                    and any(self._said_column(entity, m, f" {fold(part)} ") for part in later)]
+            if len(said) == 1:
+                out.append(f"{prefix}.{said[0]}")
+                notes.append(f"{out[-1]} added (a part of the question asks for {said[0]})")
         return out, notes
 
     def _rows_behind(self, measures: list[str], kept: list[str], order: list[tuple[str, str]], tokens: list[str],
