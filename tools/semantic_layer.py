@@ -1445,32 +1445,39 @@ class SemanticLayer:
             if found is None or GRAIN_SEP in name:
                 continue
             prefix, entity, member, _ = found
-            ent = self.spec.entities[entity]
-            plain = {self._label(entity), ent.primary_key, ent.period_dimension()}
-            if member in plain or self._joins_on(entity, member) or self._said_column(entity, member, text):
+            if member in self._plain(entity) or self._joins_on(entity, member) \
+                    or self._said_column(entity, member, text):
                 continue
-            said = [m for m in ent.dimensions if m not in plain and f"{prefix}.{m}" not in out
-                    and not self._joins_on(entity, m) and self._said_column(entity, m, text)]
+            said = self._columns_said(prefix, entity, out, [text])
             if len(said) == 1:
                 out[i] = f"{prefix}.{said[0]}"
                 notes.append(f"{name} (the question names {said[0]}: {out[i]})")
+        first = self._dimension(kept[0]) if kept and not notes else None
+        if first is None:
+            return out, notes
         from tools.backends.base import question_parts
 
-        first = self._dimension(kept[0]) if kept and not notes else None
-        later = question_parts(text)[1:]
-        if first is not None and later:
-            # nothing to swap (the model showed only the key and the date), and a later part of the
-            # question asks for one column by its word ("…, e qual a severidade?"): it is added
-            prefix, entity, _, _ = first
-            ent = self.spec.entities[entity]
-            plain = {self._label(entity), ent.primary_key, ent.period_dimension()}
-            said = [m for m in ent.dimensions if m not in plain and f"{prefix}.{m}" not in out
-                    and not self._joins_on(entity, m)
-                    and any(self._said_column(entity, m, f" {fold(part)} ") for part in later)]
-            if len(said) == 1:
-                out.append(f"{prefix}.{said[0]}")
-                notes.append(f"{out[-1]} added (a part of the question asks for {said[0]})")
+        later = [f" {fold(part)} " for part in question_parts(text)[1:]]
+        # nothing to swap (the model showed only the key and the date), and a later part of the
+        # question asks for one column by its word ("…, e qual a severidade?"): it is added
+        said = self._columns_said(first[0], first[1], out, later) if later else []
+        if len(said) == 1:
+            out.append(f"{first[0]}.{said[0]}")
+            notes.append(f"{out[-1]} added (a part of the question asks for {said[0]})")
         return out, notes
+
+    def _plain(self, entity: str) -> set[str | None]:
+        """The columns that name the rows themselves: the label, the key, the period date."""
+        ent = self.spec.entities[entity]
+        return {self._label(entity), ent.primary_key, ent.period_dimension()}
+
+    def _columns_said(self, prefix: str, entity: str, shown: list[str], texts: list[str]) -> list[str]:
+        """The entity's columns that one of `texts` names by its word and `shown` lacks, leaving out
+        those that name the rows (`_plain`) and join keys.
+        """
+        plain = self._plain(entity)
+        return [m for m in self.spec.entities[entity].dimensions if m not in plain and f"{prefix}.{m}" not in shown
+                and not self._joins_on(entity, m) and any(self._said_column(entity, m, t) for t in texts)]
 
     def _rows_behind(self, measures: list[str], kept: list[str], order: list[tuple[str, str]], tokens: list[str],
                      text: str, filters: list[tuple[str, str, Any]]) -> list[str]:

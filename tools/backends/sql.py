@@ -168,19 +168,17 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
         return None  # "the most recent incident of X": a ranking the form does not hold
     path = call.services.settings.graph_patterns_file()
     try:
-        graph = call.services.graph_tool if call.services.graph_tool.available() else None
-        found = PatternEngine.for_file(path).database_query(question, engine=call.services.engine, tool=graph) \
-            if path.exists() else None
+        # the graph as every caller passes it: a store that is down leaves its names out of the
+        # gazetteer (build_gazetteer), so no availability query per question is needed
+        found = PatternEngine.for_file(path).database_query(question, engine=call.services.engine,
+                                                            tool=call.services.graph_tool) if path.exists() else None
     except Exception as exc:  # noqa: BLE001 - no form: the semantic fill answers
         log.warning("mirrored patterns unusable: %s", exc)
         return None
     if found is None:
         return None
-    def words(text: str) -> str:
-        return " ".join(re.findall(r"\w+", fold(text)))
-
-    said = f" {' | '.join(words(s) for s in found.surfaces)} "
-    if any(f" {words(h.value)} " not in said for h in _values(call.services.sql_tool).match(question)):
+    said = f" {' | '.join(_words(s) for s in found.surfaces)} "
+    if any(f" {_words(h.value)} " not in said for h in _values(call.services.sql_tool).match(question)):
         return None  # a stored value beyond the pattern's parameters: a condition the form does not hold
     name = found.pattern
     sem = answer_object(found.query, call.services.sql_tool, call.services.settings.semantic_model_file())
@@ -190,6 +188,11 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     return {"backend": SQLBackend.name, "path": f"semantic:pattern:{name}", "semantic_query": sem.query_object,
             "query": sem.sql, "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": 0,
             "about": found.about}
+
+
+def _words(text: str) -> str:
+    """The folded words of `text`, hyphens and punctuation as spaces ("auth-service" ~ "Auth Service")."""
+    return " ".join(re.findall(r"\w+", fold(text)))
 
 
 def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
