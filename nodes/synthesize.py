@@ -49,15 +49,26 @@ _NUMBER = re.compile(r"[-+]?\d[\d.,]*")
 def render_contexts(contexts: list[dict[str, Any]], lang: str = "en", units: Mapping[str, str] | None = None,
                     max_chars: int = 4500) -> str:
     """Context block for synthesis: each backend renders its own result under its citation tag;
-    query results are presented first (numbers per `lang`, units from `units`).
+    query results are presented first (numbers per `lang`, units from `units`). Within `max_chars`,
+    result tables are kept whole and passages share what is left.
+
+    Why: passages come first in the plan's order, and a long policy section cut a database result
+    that came after it off the block; the model then said that no row matched.
     """
-    parts = []
+    parts: list[tuple[bool, str]] = []
     for c in contexts:
         if c.get("error") or c.get("backend") not in BACKENDS:
             continue
-        shown = present_rows(c, lang, units) if isinstance(c.get("rows"), list) and "items" not in c else c
-        parts.append(BACKENDS[c["backend"]].render(shown))
-    return "\n\n".join(p for p in parts if p)[:max_chars]
+        rows = isinstance(c.get("rows"), list) and "items" not in c
+        shown = present_rows(c, lang, units) if rows else c
+        text = BACKENDS[c["backend"]].render(shown)
+        if text:
+            parts.append((rows, text))
+    room = max_chars - sum(len(t) + 2 for rows, t in parts if rows)
+    passages = sum(1 for rows, _ in parts if not rows)
+    share = max(room // passages - 2, 0) if passages else 0
+    ordered = [t for rows, t in parts if rows] + [t[:share] for rows, t in parts if not rows and share]
+    return "\n\n".join(ordered)[:max_chars]
 
 
 def source_name(backend: str) -> str:

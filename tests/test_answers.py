@@ -374,3 +374,14 @@ def test_a_breakdown_cut_short_gets_each_groups_figure() -> None:
     two = {**ctx, "rows": [{**r, "n": 1} for r in ctx["rows"]]}
     assert complete_list("Segurança.", [two], "pt", "Gasto por time", units).endswith(
         "Lista completa: Segurança, Produto, SRE.")
+
+
+def test_long_passages_never_push_a_result_table_out_of_the_block() -> None:
+    """Passages share what the result tables leave: a long section planned first used to cut the
+    database's rows off the block, and the model said that nothing matched."""
+    long_doc = {"backend": "docs", "items": [{"source": "doc-pol-expense", "score": 0.9, "text": "Limites. " * 900}]}
+    block = render_contexts([long_doc, SQL_TOTAL], "en", {"amount_usd": "USD"}, max_chars=1200)
+    assert len(block) <= 1200 and block.startswith("[SQL]") and "Carolina Mendes" in block
+    assert "[doc-pol-expense]" in block  # the passage stays, cut to the room left
+    short = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    assert "refeições até 80 USD por pedido" in short and "Carolina Mendes" in short

@@ -60,6 +60,7 @@ from tramita.base.text import MONTHS, fold, phrase_starts
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
+    from tools.doc_figures import Figure
 
 __all__ = [
     "MAX_REPAIRS",
@@ -77,6 +78,8 @@ __all__ = [
 MAX_REPAIRS = 1  # one more LLM call with the refusal shown; then raw text-to-SQL takes over
 MAX_ITEMS = 8  # measures, dimensions, filters ... per query: a question never needs more
 MAX_HINTS = 10
+MAX_FIGURES = 6  # document figures shown as hints: the rows of one table that name the question's values
+_VALUE_HINT = re.compile(r"^\w+\.\w+ = ")  # a `hints` line that names a stored value
 MAX_JOIN_DEPTH = 3
 GRAIN_SEP = "__"
 _BSL_GRAIN = {g: f"TIME_GRAIN_{g.upper()}" for g in GRAINS}
@@ -123,6 +126,11 @@ class QueryCues(BaseModel):
         default_factory=dict, description="phrases that ask for one figure over every row (in total, ao todo)")
     order_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that ask for an order by name (ranking, sorted, decrescente)")
+    beyond_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that ask for the rows past a document's figure (exceed, acima)")
+    within_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that ask for the rows inside a document's figure (within, dentro)")
+    negations: dict[str, list[str]] = Field(default_factory=dict, description="not, não: before a within word")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -159,6 +167,9 @@ class FoldedCues:
     number_prepositions: frozenset[str] = frozenset()  # "de": ... compares when a number follows
     pronouns: frozenset[str] = frozenset()  # "ela", "her": one thing named before
     order: frozenset[str] = frozenset()  # "ranking", "sorted": an order asked for by name
+    beyond: tuple[str, ...] = ()  # "exceed", "acima": folded phrases asking for rows past a figure
+    within: tuple[str, ...] = ()  # "within", "dentro": folded phrases asking for rows inside it
+    negations: frozenset[str] = frozenset()  # "not", "nao"
 
 
 @lru_cache(maxsize=4)
@@ -180,7 +191,10 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.day_cues) | frozenset(MONTHS),
                       tuple(" ".join(fold(w).split()) for ws in f.whole_cues.values() for w in ws),
                       words(f.least_words), words(f.comparative_words), words(f.number_prepositions),
-                      words(f.pronouns), words(f.order_words))
+                      words(f.pronouns), words(f.order_words),
+                      tuple(" ".join(fold(w).split()) for ws in f.beyond_words.values() for w in ws),
+                      tuple(" ".join(fold(w).split()) for ws in f.within_words.values() for w in ws),
+                      words(f.negations))
 
 
 class SemanticQueryError(ValueError):
@@ -2045,6 +2059,193 @@ class SemanticLayer:
                 add(f"'{word}' → {ename}")
         return out
 
+    def named_values(self, text: str, value_hits: Iterable[tuple[str, str, str]], today: str) -> set[str]:
+        """The stored values `text` names, as `hints` writes them ("incidents.severity = 'SEV2'"):
+        from the value index's `value_hits` and from the model's value synonyms.
+        """
+        return {h for h in self.hints(text, value_hits, today) if _VALUE_HINT.match(h)}
+
+    def figure_hints(self, question: str, asked: set[str], figures: Sequence[Figure], today: str,
+                     named: Callable[[str], set[str]]) -> tuple[list[str], list[Figure]]:
+        """Hint lines for the document figures that bound rows the question asks about, and those
+        figures: a figure whose row or line names a stored value the question names (`asked`, as
+        `named_values` writes them; `named` reads a figure's key the same way), of a kind one of the
+        entities of those values measures, converted to each unit those entities keep it in, and a
+        duration of days also as the day that long before today (for a date column).
+
+        Why: the policy's number for "SEV2" sits in the row that names SEV2, in hours, and the
+        incident keeps minutes; the small model copies a figure it is shown, with its unit.
+        """
+        from tools.doc_figures import before, plain, units
+
+        table = units()
+        entities = {h.partition(".")[0] for h in asked} | {
+            e for e, ent in self.spec.entities.items() if _mentions(_spaced(question), ent, e)}
+        kept: dict[tuple[str, str], None] = {}
+        dated = False
+        for ename in entities & set(self.spec.entities):
+            for dname, d in self.spec.entities[ename].dimensions.items():
+                unit = table.named(d.unit)
+                if unit is not None:
+                    kept[unit] = None
+                dated = dated or self.kind(ename, dname) in ("date", "timestamp")
+        kinds = {k for k, _ in kept}
+        lines: list[str] = []
+        chosen: list[Figure] = []
+        for fig in figures:
+            if table.sizes.get((fig.kind, fig.unit)) is None or not (fig.kind in kinds or (dated and fig.kind == "duration")):
+                continue  # a unit that cannot be converted (business days), or a kind no column keeps
+            if not named(fig.key) & asked:
+                continue
+            said = [fig.said]
+            for unit in kept:
+                value = table.convert(fig.number, (fig.kind, fig.unit), unit)
+                if value is not None and unit != (fig.kind, fig.unit):
+                    said.append(f"{plain(value)} {unit[1]}")
+            day = before(today, fig) if dated else None
+            line = f"document: '{fig.label}' = {' = '.join(said)}" + (f" (that long before today: {day})" if day else "")
+            if line not in lines and len(lines) < MAX_FIGURES:
+                lines.append(line)
+                chosen.append(fig)
+        return lines, chosen
+
+    def document_bound(self, question: str, asked: set[str], figures: Sequence[Figure]
+                       ) -> tuple[QueryObject, str] | None:
+        """The query for the rows of one entity that a document's figure bounds, with no LLM call:
+        the question's stored values as filters, and the entity's column of the figure's kind
+        compared with the figure in the column's unit; the rows (key and column), or their count
+        when the question asks how many. The comparison's side is the question's words
+        (`beyond_words`, `within_words`, a negation before a within word); a question with neither
+        is no such comparison (None). Of several columns of the figure's kind, the one whose words
+        the question and the figure's header share most (`_stems`); None when the question names
+        none of them. Returns the query and a note saying which figure bounds it.
+
+        Why: "which SEV3 incidents took longer to resolve than the policy allows" is a filter by a
+        number the model never sees in the question; shown it as a hint, the 1.5B model filtered a
+        date column by it or reported a maximum.
+        """
+        from tools.doc_figures import plain, units
+
+        cues = folded_cues()
+        text = _spaced(question)
+        op = _side(text)
+        if op is None:
+            return None
+        values = [(h.partition(" = ")[0], h.partition(" = ")[2]) for h in sorted(asked)]
+        entities = {name.partition(".")[0] for name, _ in values}
+        if len(entities) != 1:
+            return None
+        ename = entities.pop()
+        ent = self.spec.entities[ename]
+        if not _mentions(text, ent, ename):
+            return None
+        table = units()
+        asked_stems = _stems(question)
+        ranked: list[tuple[int, int, Figure, str, float]] = []
+        for i, fig in enumerate(figures):
+            header = _stems(fig.label.replace(fig.key, " ", 1))
+            columns = {n: d for n, d in ent.dimensions.items()
+                       if not d.expr and (u := table.named(d.unit)) is not None and u[0] == fig.kind}
+            for dname, d in columns.items():
+                unit = table.named(d.unit)
+                value = table.convert(fig.number, (fig.kind, fig.unit), unit) if unit is not None else None
+                words = _stems(" ".join([dname.replace("_", " "), d.description or "", *d.synonyms]))
+                if value is None or (len(columns) > 1 and not asked_stems & words):
+                    continue
+                ranked.append((len(asked_stems & words) + len(header & words) + len(asked_stems & header), -i,
+                               fig, dname, value))
+        ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        if not ranked or (len(ranked) > 1 and ranked[1][0] == ranked[0][0]
+                          and (ranked[1][2], ranked[1][3]) != (ranked[0][2], ranked[0][3])
+                          and ranked[1][2].number != ranked[0][2].number):
+            return None  # nothing to bound by, or two figures the words cannot tell apart
+        _, _, fig, dname, value = ranked[0]
+        filters: list[tuple[str, str, Any]] = [(name, "=", _literal(raw)) for name, raw in values]
+        filters.append((f"{ename}.{dname}", op, int(value) if float(value).is_integer() else value))
+        counted = any(_has(text, w) for w in cues.aggregations.get("count", ())) and "count" in ent.measures
+        key = [f"{ename}.{ent.primary_key}"] if ent.primary_key else []
+        q = QueryObject(True, [f"{ename}.count"] if counted else [],
+                        [] if counted else [*key, f"{ename}.{dname}"], [], filters, [], None)
+        said = fig.said if plain(value) == plain(fig.number) else f"{fig.said} = {plain(value)}"
+        return q, f"every one of these {ename} has {dname} {op} {plain(value)}: the document's '{fig.label}' is {said}"
+
+    def compares_rows(self, question: str, asked: set[str]) -> bool:
+        """Whether the question compares rows of one entity it names, by stored values it names
+        (`asked`, as `named_values` writes them), with a figure: a side word (`_side`) and a column
+        of that entity that keeps a quantity in a unit (`policies/units.yaml`). Why: "quais despesas
+        de transporte passaram do limite da política" needs the records as well as the policy.
+        """
+        from tools.doc_figures import units
+
+        text = _spaced(question)
+        entities = {h.partition(".")[0] for h in asked} & set(self.spec.entities)
+        if len(entities) != 1 or _side(text) is None:
+            return False
+        ename = entities.pop()
+        ent = self.spec.entities[ename]
+        return _mentions(text, ent, ename) and any(units().named(d.unit) for d in ent.dimensions.values())
+
+    def rebase_figures(self, q: QueryObject, figures: Sequence[Figure]) -> tuple[QueryObject, list[str]]:
+        """A comparison of a column with a document figure's number in the figure's own unit, read
+        in the column's unit ("> 8" on a minutes column, where the figure is 8 hours, is "> 480").
+
+        Why: the small model copies the number it read and leaves the unit behind.
+        """
+        from tools.doc_figures import plain, units
+
+        table = units()
+        filters: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for name, op, value in q.filters:
+            found = self._dimension(name)
+            unit = table.named(found[3].unit) if found is not None else None
+            number = _as_number(value) if op in _SCALAR_OPS[2:] else None
+            fig = next((f for f in figures if number is not None and f.number == number
+                        and unit is not None and (f.kind, f.unit) != unit), None)
+            new = table.convert(fig.number, (fig.kind, fig.unit), unit) if fig is not None and unit else None
+            if new is None or fig is None or unit is None:
+                filters.append((name, op, value))
+                continue
+            filters.append((name, op, int(new) if float(new).is_integer() else new))
+            notes.append(f"filter {name} {op} {value!r} read as the document's {fig.said} = {plain(new)} {unit[1]}")
+        if not notes:
+            return q, []
+        return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
+                           list(q.order), q.limit), notes
+
+
+def _side(text: str) -> Literal[">", "<="] | None:
+    """The side of a figure a question asks for, from its spaced folded words: past it (`beyond_words`,
+    or a negation right before a within word), inside it (`within_words`); None for neither or both.
+    """
+    cues = folded_cues()
+    within = [w for w in cues.within if _has(text, w)]
+    beyond = [w for w in cues.beyond if _has(text, w)]
+    negated = any(f" {n} {w} " in text for n in cues.negations for w in within)
+    if (not within and not beyond) or (within and beyond and not negated):
+        return None
+    return ">" if beyond or negated else "<="
+
+
+STEM = 5  # leading letters two words share to count as one ("resolve", "resolver", "resolução")
+
+
+def _stems(text: str) -> set[str]:
+    """The leading `STEM` letters of each folded word of four letters or more: Portuguese and
+    English inflections of one word (and the two languages' cognates) read alike.
+    """
+    return {w[:STEM] for w in re.findall(r"[^\W\d_]{4,}", fold(text))}
+
+
+def _literal(raw: str) -> Any:
+    """A value as `hints` writes it (Python repr) back to the value."""
+    import ast
+
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+
 
 def _spaced(text: str) -> str:
     """The folded words of `text`, space-joined and space-padded (what `_has` looks in)."""
@@ -2282,6 +2483,16 @@ def _check_shape(name: str, op: str, value: Any) -> None:
         raise SemanticQueryError(f"{name}: {op} takes one value")
 
 
+def _as_number(value: Any) -> float | None:
+    """A filter's single value as a number; None for a list, a text or nothing."""
+    if isinstance(value, bool) or isinstance(value, list) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _number(name: str, op: str, value: Any) -> Any:
     _check_shape(name, op, value)
     if value is None:
@@ -2474,6 +2685,7 @@ class SemanticRun:
     fatal: bool = False  # the database is down: falling back cannot help
     settled: list[str] = field(default_factory=list)  # dimensions `SemanticLayer.settle` dropped, and why
     direct: bool = False  # filled by `tools.semantic_direct` without an LLM call
+    document: str = ""  # the document figure that bounds the query (`SemanticLayer.document_bound`), no LLM call
     accounted: dict[str, str] = field(default_factory=dict)  # the direct fill: each word -> what it stands for
     repairable: bool = False  # the last refusal is one the LLM may correct (a SemanticQueryError)
 
@@ -2503,6 +2715,30 @@ def earlier_values(index: Any, given: Sequence[Finding]
         ranked = sorted(common, key=lambda tc: (-sum(m[tc] == v for m, v in zip(stored, f.values, strict=True)), tc))
         bound += [(t, c, tuple(m[(t, c)] for m in stored)) for t, c in ranked]
     return list(dict.fromkeys(hits)), bound
+
+
+def document_figures(layer: SemanticLayer, index: Any, question: str, passages: str,
+                     hits: Sequence[tuple[str, str, str]], today: str
+                     ) -> tuple[list[str], list[Figure], set[str]]:
+    """The hint lines and the figures of the passages an earlier stage found that bound the rows
+    the question names (`SemanticLayer.figure_hints`), and the stored values the question names;
+    none without passages or named values.
+    """
+    from tools.doc_figures import figures
+
+    found = figures(passages) if passages.strip() else []
+    asked = layer.named_values(question, hits, today) if found else set()
+    if not asked:
+        return [], [], asked
+    keys: dict[str, set[str]] = {}
+
+    def named(text: str) -> set[str]:
+        if text not in keys:
+            keys[text] = layer.named_values(text, [(h.table, h.column, h.value) for h in index.match(text)], today)
+        return keys[text]
+
+    lines, chosen = layer.figure_hints(question, asked, found, today, named)
+    return lines, chosen, asked
 
 
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
@@ -2548,6 +2784,17 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     hints = layer.hints(question, [*hits, *earlier], today)
     by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
+    lines, figures, said = document_figures(layer, index, question, "\n".join(f.text for f in given if f.text),
+                                            hits, today)
+    hints += lines
+    bounded = layer.document_bound(question, said, figures) if figures else None
+    if bounded is not None:  # the rows a document's figure bounds: no LLM call
+        q, periods = layer.read_periods(bounded[0], question, today)
+        run.document, run.settled = bounded[1], [bounded[1], *periods]
+        if _execute(layer, q, tool, run) or run.fatal:
+            return run
+        run.document, run.settled = "", [f"document bound refused ({run.reason}); the LLM fills the query"]
+        run.sql, run.rows, run.reason = "", [], ""
     static = _static(layer)
     asked = question
     for attempt in range(MAX_REPAIRS + 1):
@@ -2564,9 +2811,10 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
             run.reason = str(exc)[:400]
             return run
         q, periods = layer.read_periods(q, question, today)
+        q, figured = layer.rebase_figures(q, figures)
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
-        run.settled += [*periods, *rebased, *settled]
+        run.settled += [*periods, *figured, *rebased, *settled]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note

@@ -12,6 +12,8 @@ calls share, evaluated ahead of the first question by `tramita warm`), and
 `leaves_aggregate(services, question)` (it answers the question's relation, not its aggregate),
 `names_nothing(services, text)` (the text names nothing the backend holds: not a candidate for it),
 `required_by(services, text)` (the question needs the backend whatever the scores say),
+`compares_with_documents(services, text)` (the question compares the backend's records with a
+figure: with a kind of document named, it needs both),
 `defers(services, text)` (another backend that writes its own query holds the text's relation: it
 takes this backend's place for that text), `answers_count(services, question)` (it counts the
 question's answer itself: a required backend then answers a one-part question alone), and

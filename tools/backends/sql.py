@@ -12,6 +12,7 @@ SQLTool's read-only guard; the context records which one answered (`path`).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from collections.abc import Callable
@@ -63,11 +64,14 @@ class SQLBackend:
         sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
                               backend=call.profile, usage=call.usage, given=call.given)
         if sem.ok or sem.fatal:
-            context = {"backend": self.name, "path": "semantic:direct" if sem.direct else "semantic",
+            path = "semantic:document" if sem.document else "semantic:direct" if sem.direct else "semantic"
+            context = {"backend": self.name, "path": path,
                        "semantic_query": sem.query_object, "query": sem.sql, "rows": sem.rows[:50],
                        "error": None if sem.ok else sem.reason, "attempts": sem.attempts, "settled": sem.settled}
             if question != call.question:
                 context["bounded_question"] = question
+            if sem.document:  # what the rows are: each is past (or within) the document's figure
+                context["about"] = sem.document
             return {**context, "accounted": sem.accounted} if sem.direct else context
         run = answer_sql(_with_findings(call, question), tool, today=call.today, backend=call.profile, usage=call.usage,
                          mend=_mender(call, question))
@@ -103,6 +107,22 @@ class SQLBackend:
         tool = services.sql_tool
         layer = layer_for(services.settings.semantic_model_file(), tool)
         return not layer.names_anything(text, [(h.table, h.column, h.value) for h in _values(tool).match(text)])
+
+    def compares_with_documents(self, services: Services, text: str) -> bool:
+        """Whether the question compares rows the database holds, named by their stored values, with
+        a figure (`SemanticLayer.compares_rows`): when it also names a kind of document, "which
+        transport expenses passed the policy's limit" needs the records as well as the policy.
+        """
+        from tools.semantic_layer import layer_for
+
+        tool = services.sql_tool
+        try:
+            layer = layer_for(services.settings.semantic_model_file(), tool)
+            hits = [(h.table, h.column, h.value) for h in _values(tool).match(text)]
+        except Exception:  # noqa: BLE001 - no model or no database: nothing to require
+            return False
+        today = dt.date.today().isoformat()  # periods are no stored values: any day reads them alike
+        return layer.compares_rows(text, layer.named_values(text, hits, today))
 
     def names_by_state(self, services: Services, phrase: str) -> bool:
         """Whether a two-word `phrase` names rows the database holds by their state ("open tickets"),

@@ -21,7 +21,9 @@ backends:
 - a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
   and the words the document titles share) reaches the documents, and a backend whose
   `required_by` hook claims the question is in the plan too (the graph: a relation of any depth,
-  "direta ou indiretamente", read from the patterns' own depth words);
+  "direta ou indiretamente", read from the patterns' own depth words); when it names a kind of
+  document, a backend whose `compares_with_documents` hook says it compares that backend's records
+  with a figure joins too (the database: "which X passed the policy's limit");
 - a backend whose `defers` hook says another record store holds the text's relation one join away
   (the graph: a person's manager, a team's services) gives its place and score to that store;
 - a text that asks what a rule sets (a deadline, a limit, who must approve) rather than what the
@@ -538,6 +540,13 @@ def required(question: str, services: Services) -> list[str]:
     return _saying("required_by", services, question)
 
 
+def compared(question: str, services: Services) -> list[str]:
+    """The backends whose `compares_with_documents(services, question)` hook says the question
+    compares their records with a figure; with a kind of document named, they join the plan.
+    """
+    return _saying("compares_with_documents", services, question)
+
+
 def names_by_state(phrase: str, services: Services) -> bool:
     """Whether a backend's `names_by_state(services, phrase)` hook reads the two words as rows it
     holds named by their state ("open tickets"): a noun phrase, not an imperative and its object.
@@ -668,6 +677,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     kinds = index.masker.words(question, index.stop) & index.document_kinds
     docs = ["docs"] if kinds and "docs" in names else []
     named = [n for n in required(question, services) if n in names and n not in docs]
+    named += [n for n in (compared(question, services) if docs else []) if n in names and n not in [*docs, *named]]
     needed = [*docs, *named]
     whole, pieces = matches[0], matches[1:]
     # one question: its own match decides; a question asking several things is clear only when

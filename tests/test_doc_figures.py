@@ -1,0 +1,182 @@
+"""Document figures bound database queries: a policy's number, read with its unit from a passage,
+filters the rows the question compares with it, with no LLM call.
+
+Passages and questions are written for these tests (other wording than any evaluation item); the
+semantic layer, the value index and the database are the real ones on the sample data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tramita.core.planner_hints as ph
+from tools.backends import BACKENDS
+from tools.backends.base import BackendCall, Finding
+from tools.doc_figures import UnitFile, before, figures, units
+from tools.llm import Usage
+from tools.semantic_layer import QueryObject, SemanticLayer, answer_semantic, layer_for
+from tools.sql_tool import SQLTool
+from tramita.base.paths import SAMPLE_DIR
+from tramita.base.policyfile import PolicyError, load_model
+
+MODEL = SAMPLE_DIR / "semantic_model.yaml"
+
+# written for these tests: a response-time table, a capped-amount table cut in two passages (the
+# second has rows and no header), and prose with ids, dates and business days
+TARGETS = """Service levels — targets
+
+| Severity | Acknowledged within | Resolution within |
+|---|---|---|
+| SEV1 | 10 minutes | 2 hours |
+| SEV3 | 3 hours | 48 hours (2 days) |
+"""
+CAPS_TAIL = """Caps — continued
+
+| meals (refeições) | 60 | per person |
+| hardware | 2000 | laptops need a manager's note |
+"""
+CAPS_HEAD = """Caps — per claim
+
+| Category | Cap per claim (USD) | Notes |
+|---|---|---|
+| transport (transporte local) | 120 | taxis and trains |
+"""
+PROSE = "INC-2034 was opened on 2026-05-15. Claims are paid within 5 business days; receipts within 20 dias corridos."
+
+
+@pytest.fixture
+def tool(novaops: Path) -> SQLTool:
+    return SQLTool(f"sqlite:///{novaops}")
+
+
+@pytest.fixture
+def layer(tool: SQLTool) -> SemanticLayer:
+    return layer_for(MODEL, tool)
+
+
+def _found(text: str) -> list[tuple[str, float, str]]:
+    return [(f.label, f.number, f.unit) for f in figures(text)]
+
+
+def test_table_figures_take_their_row_and_header_and_a_bare_number_the_headers_unit() -> None:
+    found = _found(TARGETS + CAPS_HEAD)
+    assert ("SEV1 · Acknowledged within", 10.0, "minutes") in found
+    assert ("SEV3 · Resolution within", 48.0, "hours") in found  # the first quantity of "48 hours (2 days)"
+    assert ("SEV3 · Resolution within", 2.0, "days") not in found
+    assert ("transport (transporte local) · Cap per claim (USD)", 120.0, "USD") in found
+    assert not any(label.startswith("Severity") for label, _, _ in found)  # the header is no row
+
+
+def test_rows_cut_from_their_header_take_the_nearest_header_with_as_many_cells() -> None:
+    found = _found(CAPS_TAIL + "\n" + CAPS_HEAD)
+    assert ("hardware · Cap per claim (USD)", 2000.0, "USD") in found
+    assert ("meals (refeições) · Cap per claim (USD)", 60.0, "USD") in found
+
+
+def test_numbers_inside_ids_and_dates_are_no_figures_and_business_days_are_not_converted() -> None:
+    found = figures(PROSE)
+    assert [(f.number, f.unit) for f in found] == [(5.0, "business days"), (20.0, "days")]
+    table = units()
+    assert table.convert(5, ("duration", "business days"), ("duration", "minutes")) is None
+    assert table.convert(2, ("duration", "hours"), ("duration", "minutes")) == 120
+    assert table.convert(2, ("duration", "hours"), ("money", "USD")) is None  # across kinds
+    assert before("2026-05-15", found[1]) == "2026-04-25"
+    assert before("2026-05-15", figures("| SEV1 | 10 minutes |")[0]) is None  # shorter than a day
+
+
+def test_a_malformed_units_file_names_the_file_and_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "units.yaml"
+    bad.write_text("kinds:\n  duration:\n    minutes: {size: -1, words: [minute]}\n", encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_model(bad, UnitFile)
+    assert "units.yaml" in str(err.value) and "size" in str(err.value)
+
+
+def test_the_bound_picks_the_row_the_question_names_and_the_column_its_words_name(layer: SemanticLayer) -> None:
+    found = figures(TARGETS)
+    asked = {"incidents.severity = 'SEV3'"}
+    bound = layer.document_bound("Which SEV3 incidents took longer to be fixed than the target allows? "
+                                 "I mean time to resolve.", asked, [f for f in found if f.key == "SEV3"])
+    assert bound is not None
+    q, note = bound
+    assert ("incidents.minutes_to_resolve", ">", 2880) in q.filters  # 48 hours in minutes
+    assert ("incidents.severity", "=", "SEV3") in q.filters
+    assert q.dimensions == ["incidents.incident_id", "incidents.minutes_to_resolve"] and "48 hours" in note
+    within = layer.document_bound("Quais incidentes SEV3 tiveram o tempo de reconhecimento dentro da meta?",
+                                  asked, [f for f in found if f.key == "SEV3"])
+    assert within is not None and ("incidents.minutes_to_ack", "<=", 180) in within[0].filters
+    negated = layer.document_bound("Which SEV3 incidents did not meet the time to acknowledge target?",
+                                   asked, [f for f in found if f.key == "SEV3"])
+    assert negated is not None and ("incidents.minutes_to_ack", ">", 180) in negated[0].filters
+    counted = layer.document_bound("Quantos incidentes SEV3 passaram do prazo de resolução?", asked,
+                                   [f for f in found if f.key == "SEV3"])
+    assert counted is not None and counted[0].measures == ["incidents.count"] and not counted[0].dimensions
+
+
+def test_no_bound_without_a_side_or_with_no_column_named_among_several(layer: SemanticLayer) -> None:
+    found = [f for f in figures(TARGETS) if f.key == "SEV1"]
+    asked = {"incidents.severity = 'SEV1'"}
+    assert layer.document_bound("List the SEV1 incidents and the service level targets.", asked, found) is None
+    # two duration columns, and the question names neither: no guess
+    assert layer.document_bound("Which SEV1 incidents were over the target?", asked, found) is None
+    # a column named, and two figures of the row whose headers say nothing of it: no guess either
+    unnamed = [f for f in figures(TARGETS.replace("Acknowledged", "First reply").replace("Resolution", "Done"))
+               if f.key == "SEV1"]
+    assert layer.document_bound("Which SEV1 incidents took longer to resolve than the target?", asked,
+                                unnamed) is None
+    # values of two entities: not one set of rows to bound
+    assert layer.document_bound("Which SEV1 incidents exceeded the limit for transport expenses?",
+                                asked | {"expenses.category = 'transport'"}, found) is None
+
+
+def test_a_figure_copied_in_its_own_unit_is_read_in_the_columns(layer: SemanticLayer) -> None:
+    found = [f for f in figures(TARGETS) if f.key == "SEV1"]
+    q = QueryObject(filters=[("incidents.minutes_to_resolve", ">", 2), ("incidents.severity", "=", "SEV1")])
+    rebased, notes = layer.rebase_figures(q, found)
+    assert rebased.filters[0] == ("incidents.minutes_to_resolve", ">", 120) and "2 hours" in notes[0]
+    # a number that is no figure, or an equality, is left as written
+    same, none = layer.rebase_figures(QueryObject(filters=[("incidents.minutes_to_resolve", ">", 7),
+                                                           ("incidents.minutes_to_ack", "=", 2)]), found)
+    assert same.filters == [("incidents.minutes_to_resolve", ">", 7), ("incidents.minutes_to_ack", "=", 2)] and not none
+
+
+def test_the_database_answers_a_document_bound_with_no_llm_call(tool: SQLTool, novaops: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    usage = Usage()
+    question = "Quais despesas de hardware ultrapassaram o teto por pedido da política?"
+    run = answer_semantic(question, tool, MODEL, today="2026-05-15", backend="local", usage=usage,
+                          given=(Finding("docs", text=CAPS_TAIL + "\n" + CAPS_HEAD),))
+    assert run.ok and run.document and usage.calls == 0, (run.reason, run.settled)
+    with closing(sqlite3.connect(novaops)) as con:
+        gold = con.execute("SELECT expense_id FROM expenses WHERE category = 'hardware' AND amount_usd > 2000 "
+                           "ORDER BY expense_id").fetchall()
+    assert gold and sorted(r["expenses.expense_id"] for r in run.rows) == [g[0] for g in gold]
+
+
+def test_the_planner_adds_the_database_to_a_named_document_only_for_a_comparison_of_its_records(
+        novaops_services: Any) -> None:
+    """Real e5 and stores. With a kind of document named, a comparison of named records with it
+    needs the database too; "below someone" in a hierarchy names no document and is no such
+    comparison, and a question about the document alone does not compare records."""
+    sql = BACKENDS["sql"]
+    compares = "Which transport expenses went over the cap written in the expense policy?"
+    assert sql.compares_with_documents(novaops_services, compares)
+    routed = ph.route(compares, novaops_services)
+    assert {"docs", "sql"} <= set(routed.required), routed.trace()
+    assert not sql.compares_with_documents(novaops_services, "What does the expense policy say about meals?")
+    hierarchy = "Quantos colaboradores ficam abaixo da Beatriz Nunes no organograma?"
+    assert "sql" not in ph.route(hierarchy, novaops_services).required
+
+
+def test_the_sql_backend_names_the_document_path_and_says_what_the_rows_are(novaops_services: Any) -> None:
+    call = BackendCall(question="Which SEV1 incidents took longer to resolve than the service level target?",
+                       today="2026-05-15", profile="local", services=novaops_services, usage=Usage(),
+                       given=(Finding("docs", text=TARGETS),))
+    context = BACKENDS["sql"].run(call)
+    assert context["path"] == "semantic:document" and "2 hours = 120" in context["about"], context
+    assert call.usage.calls == 0

@@ -1,0 +1,191 @@
+"""Figures a document states (a time limit, an amount cap), read from the passages an earlier stage
+found, each with its label and its unit, so a database query can be bounded by a policy's number.
+
+Why: "which incidents took longer than the SLA policy allows" needs the policy's target, and the
+database keeps the duration in minutes while the policy writes "8 hours". A small model copies a
+number it is shown, but does not convert units reliably, and the number it needs sits in a table
+whose row and column say what it bounds. So the figures are read by software: from a table (the
+row's first cell and the column's header are its label; a bare number takes the header's unit) and
+from a line of prose (the line is its label). Units and their sizes are data (`policies/units.yaml`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tramita.base.paths import POLICIES_DIR
+from tramita.base.policyfile import load_model
+
+UNITS_FILE = POLICIES_DIR / "units.yaml"
+MAX_LABEL = 90  # characters of a prose line kept as a figure's label
+
+
+class Unit(BaseModel):
+    """One unit of a kind of quantity."""
+
+    model_config = ConfigDict(extra="forbid")
+    size: float | None = Field(default=None, gt=0, description="its size in the kind's first unit; none: not convertible")
+    words: list[str] = Field(min_length=1, description="the words that name it (pt/en)")
+
+
+class UnitFile(BaseModel):
+    """`policies/units.yaml`: kind of quantity -> unit name -> `Unit`."""
+
+    model_config = ConfigDict(extra="forbid")
+    kinds: dict[str, dict[str, Unit]] = Field(min_length=1, description="kind -> unit name -> unit")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number a passage states with its unit: "SEV2 · Resolve within: 8 hours"."""
+
+    label: str  # what the number is about: a table row's key and column header, or a prose line
+    key: str  # the table row's first cell (the prose line for prose): what names the rows it bounds
+    number: float
+    unit: str  # the unit's name in the units file ("hours")
+    kind: str  # the unit's kind ("duration")
+
+    @property
+    def said(self) -> str:
+        """The figure as the document writes it."""
+        return f"{plain(self.number)} {self.unit}"
+
+
+@dataclass(frozen=True)
+class Units:
+    """The units file read once: each folded word's (kind, unit name), longest words first."""
+
+    sizes: dict[tuple[str, str], float | None]  # (kind, unit name) -> size
+    words: tuple[tuple[str, str, str], ...]  # (folded word, kind, unit name)
+
+    def named(self, unit: str | None) -> tuple[str, str] | None:
+        """(kind, unit name) for a unit as the semantic model writes it ("minutes", "USD"); None
+        for a unit the file does not know ("%").
+        """
+        key = light(unit or "")
+        return next(((k, n) for w, k, n in self.words if w == key or light(n) == key), None)
+
+    def convert(self, number: float, unit: tuple[str, str], into: tuple[str, str]) -> float | None:
+        """`number` of `unit` in `into`'s unit; None across kinds or for a unit with no size."""
+        size, target = self.sizes.get(unit), self.sizes.get(into)
+        if unit[0] != into[0] or size is None or target is None:
+            return None
+        return number * size / target
+
+
+@lru_cache(maxsize=4)
+def units(path: Path = UNITS_FILE) -> Units:
+    """The validated units file, once per process."""
+    data: UnitFile = load_model(path, UnitFile)
+    sizes = {(k, n): u.size for k, table in data.kinds.items() for n, u in table.items()}
+    words = sorted({(light(w), k, n) for k, table in data.kinds.items() for n, u in table.items()
+                    for w in u.words}, key=lambda t: (-len(t[0]), t))
+    return Units(sizes, tuple(words))
+
+
+_NUMBER = r"(\d+(?:[.,]\d+)?)"
+
+
+def light(text: str) -> str:
+    """Lower case, accents stripped, single spaces; punctuation kept ("0,25", "US$")."""
+    text = "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+    return " ".join(text.split())
+
+
+def plain(number: float) -> str:
+    """A number as a query value or a hint writes it (no trailing .0)."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def _value(raw: str) -> float:
+    """A document's number: a decimal comma read as a point."""
+    return float(raw.replace(",", "."))
+
+
+def _quantities(text: str, table: Units) -> list[tuple[float, str, str]]:
+    """(number, kind, unit name) for each number followed by a unit word in `text` (bold marks and
+    spaces between them allowed), left to right.
+    """
+    folded = light(text.replace("*", " "))
+    out: list[tuple[float, str, str]] = []
+    for m in re.finditer(_NUMBER + r"\s*", folded):
+        before = folded[:m.start()]
+        if re.search(r"[\w.-]$", before):
+            continue  # a digit inside an id, a date or a code ("INC-2034", "2026-05-15")
+        rest = folded[m.end():]
+        hit = next(((k, n) for w, k, n in table.words if re.match(rf"{re.escape(w)}(?!\w)", rest)), None)
+        prefix = next(((k, n) for w, k, n in table.words if not w.isalpha()
+                       and re.search(rf"(?<!\w){re.escape(w)}\s*$", before)), None)  # "US$ 250"
+        if hit or prefix:
+            k, n = hit or prefix  # type: ignore[misc]
+            out.append((_value(m.group(1)), k, n))
+    return out
+
+
+def _header_unit(header: str, table: Units) -> tuple[str, str] | None:
+    """The unit a table column's header names ("Limite por pedido (USD)"), for its bare numbers."""
+    folded = light(header)
+    return next(((k, n) for w, k, n in table.words if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", folded)), None)
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table line's cells, without bold marks."""
+    return [c.strip().replace("**", "").strip() for c in line.strip().strip("|").split("|")]
+
+
+def figures(text: str, path: Path = UNITS_FILE) -> list[Figure]:
+    """Every figure with a unit in `text` (passages as the documents backend hands them on)."""
+    table = units(path)
+    out: list[Figure] = []
+    header: list[str] = []
+    lines = text.splitlines()
+    rule = re.compile(r"\|?[\s:|-]+\|?")
+    # every header (the line above a separator), by position: a passage cut from the middle of a
+    # table has rows and no header, which another passage of the same table holds
+    headers = [(i, _cells(line)) for i, line in enumerate(lines[:-1])
+               if line.strip().startswith("|") and rule.fullmatch(lines[i + 1].strip())]
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            cells = _cells(stripped)
+            if rule.fullmatch(stripped):
+                continue  # the separator under a header
+            if i + 1 < len(lines) and rule.fullmatch(lines[i + 1].strip()):
+                header = cells  # the line above a separator is the header
+                continue
+            if not header:  # a headerless run of rows: the nearest header with as many cells
+                near = sorted((abs(j - i), h) for j, h in headers if len(h) == len(cells))
+                header = near[0][1] if near else []
+            key = cells[0]
+            for j, cell in enumerate(cells[1:], start=1):
+                head = header[j] if j < len(header) else ""
+                found = _quantities(cell, table)[:1]  # "72 hours (3 days)": the first is the figure
+                bare = re.fullmatch(_NUMBER, cell.replace(" ", ""))
+                unit = _header_unit(head, table) if not found and bare else None
+                if unit is not None and bare is not None:
+                    found = [(_value(bare.group(1)), *unit)]
+                out += [Figure(f"{key} · {head}".strip(" ·"), key, n, u, k) for n, k, u in found]
+            continue
+        header = []
+        for sentence in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")):
+            label = sentence.replace("**", "")[:MAX_LABEL]
+            out += [Figure(label, label, n, u, k) for n, k, u in _quantities(sentence, table)]
+    return out
+
+
+def before(today: str, figure: Figure, path: Path = UNITS_FILE) -> str | None:
+    """The day `figure` (a duration of whole days or more) before `today`: "hired in the last 90
+    days" is hired after that day. None for a shorter or unconvertible duration.
+    """
+    table = units(path)
+    days = table.convert(figure.number, (figure.kind, figure.unit), (figure.kind, "days"))
+    if days is None or days < 1 or not float(days).is_integer():
+        return None
+    return (dt.date.fromisoformat(today) - dt.timedelta(days=int(days))).isoformat()
