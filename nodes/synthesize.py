@@ -48,9 +48,9 @@ _NUMBER = re.compile(r"[-+]?\d[\d.,]*")
 
 def render_contexts(contexts: list[dict[str, Any]], lang: str = "en", units: Mapping[str, str] | None = None,
                     max_chars: int = 4500) -> str:
-    """Context block for synthesis: each backend renders its own result under its citation tag;
-    query results are presented first (numbers per `lang`, units from `units`). Within `max_chars`,
-    result tables are kept whole and passages share what is left.
+    """Context block for synthesis: each backend renders its own result under its citation tag, in
+    the plan's order (numbers per `lang`, units from `units`). Within `max_chars`, result tables are
+    kept whole and passages share what is left.
 
     Why: passages come first in the plan's order, and a long policy section cut a database result
     that came after it off the block; the model then said that no row matched.
@@ -67,8 +67,7 @@ def render_contexts(contexts: list[dict[str, Any]], lang: str = "en", units: Map
     room = max_chars - sum(len(t) + 2 for rows, t in parts if rows)
     passages = sum(1 for rows, _ in parts if not rows)
     share = max(room // passages - 2, 0) if passages else 0
-    ordered = [t for rows, t in parts if rows] + [t[:share] for rows, t in parts if not rows and share]
-    return "\n\n".join(ordered)[:max_chars]
+    return "\n\n".join(t if rows else t[:share] for rows, t in parts if rows or share)[:max_chars]
 
 
 def source_name(backend: str) -> str:

@@ -381,7 +381,7 @@ def test_long_passages_never_push_a_result_table_out_of_the_block() -> None:
     database's rows off the block, and the model said that nothing matched."""
     long_doc = {"backend": "docs", "items": [{"source": "doc-pol-expense", "score": 0.9, "text": "Limites. " * 900}]}
     block = render_contexts([long_doc, SQL_TOTAL], "en", {"amount_usd": "USD"}, max_chars=1200)
-    assert len(block) <= 1200 and block.startswith("[SQL]") and "Carolina Mendes" in block
+    assert len(block) <= 1200 and "[SQL]" in block and "Carolina Mendes" in block
     assert "[doc-pol-expense]" in block  # the passage stays, cut to the room left
     short = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
     assert "refeições até 80 USD por pedido" in short and "Carolina Mendes" in short

@@ -40,7 +40,7 @@ CAPS_TAIL = """Caps — continued
 """
 CAPS_HEAD = """Caps — per claim
 
-| Category | Cap per claim (USD) | Notes |
+| Category | Limit per claim (USD) | Notes |
 |---|---|---|
 | transport (transporte local) | 120 | taxis and trains |
 """
@@ -66,14 +66,14 @@ def test_table_figures_take_their_row_and_header_and_a_bare_number_the_headers_u
     assert ("SEV1 · Acknowledged within", 10.0, "minutes") in found
     assert ("SEV3 · Resolution within", 48.0, "hours") in found  # the first quantity of "48 hours (2 days)"
     assert ("SEV3 · Resolution within", 2.0, "days") not in found
-    assert ("transport (transporte local) · Cap per claim (USD)", 120.0, "USD") in found
+    assert ("transport (transporte local) · Limit per claim (USD)", 120.0, "USD") in found
     assert not any(label.startswith("Severity") for label, _, _ in found)  # the header is no row
 
 
 def test_rows_cut_from_their_header_take_the_nearest_header_with_as_many_cells() -> None:
     found = _found(CAPS_TAIL + "\n" + CAPS_HEAD)
-    assert ("hardware · Cap per claim (USD)", 2000.0, "USD") in found
-    assert ("meals (refeições) · Cap per claim (USD)", 60.0, "USD") in found
+    assert ("hardware · Limit per claim (USD)", 2000.0, "USD") in found
+    assert ("meals (refeições) · Limit per claim (USD)", 60.0, "USD") in found
 
 
 def test_numbers_inside_ids_and_dates_are_no_figures_and_business_days_are_not_converted() -> None:
@@ -101,19 +101,19 @@ def test_the_bound_picks_the_row_the_question_names_and_the_column_its_words_nam
     bound = layer.document_bound("Which SEV3 incidents took longer to be fixed than the target allows? "
                                  "I mean time to resolve.", asked, [f for f in found if f.key == "SEV3"])
     assert bound is not None
-    q, note = bound
+    (q,), note = bound
     assert ("incidents.minutes_to_resolve", ">", 2880) in q.filters  # 48 hours in minutes
     assert ("incidents.severity", "=", "SEV3") in q.filters
     assert q.dimensions == ["incidents.incident_id", "incidents.minutes_to_resolve"] and "48 hours" in note
     within = layer.document_bound("Quais incidentes SEV3 tiveram o tempo de reconhecimento dentro da meta?",
                                   asked, [f for f in found if f.key == "SEV3"])
-    assert within is not None and ("incidents.minutes_to_ack", "<=", 180) in within[0].filters
+    assert within is not None and ("incidents.minutes_to_ack", "<=", 180) in within[0][0].filters
     negated = layer.document_bound("Which SEV3 incidents did not meet the time to acknowledge target?",
                                    asked, [f for f in found if f.key == "SEV3"])
-    assert negated is not None and ("incidents.minutes_to_ack", ">", 180) in negated[0].filters
+    assert negated is not None and ("incidents.minutes_to_ack", ">", 180) in negated[0][0].filters
     counted = layer.document_bound("Quantos incidentes SEV3 passaram do prazo de resolução?", asked,
                                    [f for f in found if f.key == "SEV3"])
-    assert counted is not None and counted[0].measures == ["incidents.count"] and not counted[0].dimensions
+    assert counted is not None and counted[0][0].measures == ["incidents.count"] and not counted[0][0].dimensions
 
 
 def test_no_bound_without_a_side_or_with_no_column_named_among_several(layer: SemanticLayer) -> None:
@@ -180,3 +180,40 @@ def test_the_sql_backend_names_the_document_path_and_says_what_the_rows_are(nova
     context = BACKENDS["sql"].run(call)
     assert context["path"] == "semantic:document" and "2 hours = 120" in context["about"], context
     assert call.usage.calls == 0
+
+
+def test_a_table_of_one_figure_per_value_bounds_each_row_by_its_own_value(tool: SQLTool, novaops: Path) -> None:
+    """No category named: each category's row of the table bounds that category's claims, one
+    statement through the guard, with no LLM call; its rows equal the hand-written CASE query."""
+    import sqlite3
+    from contextlib import closing
+
+    usage = Usage()
+    question = "Which approved claims went over the cap per claim of their category?"
+    run = answer_semantic(question, tool, MODEL, today="2026-05-15", backend="local", usage=usage,
+                          given=(Finding("docs", passages=CAPS_TAIL + "\n" + CAPS_HEAD),))
+    assert run.ok and usage.calls == 0 and "UNION ALL" in run.sql, (run.reason, run.settled)
+    assert "meals: 60 USD" in run.document and "hardware: 2000 USD" in run.document
+    with closing(sqlite3.connect(novaops)) as con:
+        gold = con.execute("SELECT expense_id FROM expenses WHERE status = 'approved' AND amount_usd > CASE category "
+                           "WHEN 'meals' THEN 60 WHEN 'hardware' THEN 2000 WHEN 'transport' THEN 120 END "
+                           "ORDER BY expense_id").fetchall()
+    assert gold and [r["expenses.expense_id"] for r in run.rows] == [g[0] for g in gold]
+    assert all("expenses.category" in r for r in run.rows)  # each row shows the value its figure is for
+
+
+def test_per_value_figures_need_one_table_the_words_pick_and_one_value_per_row(layer: SemanticLayer) -> None:
+    two_tables = CAPS_TAIL + "\n" + CAPS_HEAD + "\nFloors — per claim\n\n| Category | Floor per claim (USD) | Notes |\n" \
+        "|---|---|---|\n| transport (transporte local) | 5 | none |\n| hardware | 50 | none |\n"
+    found = figures(two_tables)
+
+    def named(text: str) -> set[str]:
+        return {f"expenses.category = {v!r}" for v in ("transport", "hardware", "meals") if v in text}
+
+    # the words name neither table's header: two tables of per-category figures rank alike
+    assert layer.document_bound("Which expenses went over the figure of their category?", set(), found, named) is None
+    picked = layer.document_bound("Which expenses went over the limit of their category?", set(), found, named)
+    assert picked is not None and len(picked[0]) == 3 and "Limit per claim" in picked[1]
+    # a row that names two values of the column is no row of a per-value table
+    mixed = figures("| Category | Limit per claim (USD) |\n|---|---|\n| transport or hardware | 100 |\n| meals | 40 |\n")
+    assert layer.document_bound("Which expenses went over the limit of their category?", set(), mixed, named) is None

@@ -248,6 +248,15 @@ class DocStore:
         metas = self.collection().get(include=["metadatas"])["metadatas"] or []
         return {str(m["doc_id"]): str(m.get("title") or "") for m in metas if m and "doc_id" in m}
 
+    def document_text(self, doc_id: str) -> str:
+        """Every chunk of one document, in document order, joined: the whole document as stored
+        (empty for an unknown id), for reading what a found document states beyond its best passages.
+        """
+        got = self.collection().get(where={"doc_id": doc_id}, include=["documents", "metadatas"])
+        pairs = zip(got.get("documents") or [], got.get("metadatas") or [], strict=False)
+        ordered = sorted(pairs, key=lambda p: int(str((p[1] or {}).get("chunk_index", 0))))
+        return "\n".join(str(text) for text, _ in ordered)
+
     def chunks_of(self, vector: Sequence[float], doc_id: str) -> list[Hit]:
         """Every chunk of one document with its cosine similarity to the query `vector`, in
         document order: what a reader of that document sees, for picking the section asked about.

@@ -2109,16 +2109,20 @@ class SemanticLayer:
                 chosen.append(fig)
         return lines, chosen
 
-    def document_bound(self, question: str, asked: set[str], figures: Sequence[Figure]
-                       ) -> tuple[QueryObject, str] | None:
-        """The query for the rows of one entity that a document's figure bounds, with no LLM call:
+    def document_bound(self, question: str, asked: set[str], figures: Sequence[Figure],
+                       named: Callable[[str], set[str]] | None = None) -> tuple[list[QueryObject], str] | None:
+        """The queries for the rows of one entity that a document's figures bound, with no LLM call:
         the question's stored values as filters, and the entity's column of the figure's kind
         compared with the figure in the column's unit; the rows (key and column), or their count
-        when the question asks how many. The comparison's side is the question's words
-        (`beyond_words`, `within_words`, a negation before a within word); a question with neither
-        is no such comparison (None). Of several columns of the figure's kind, the one whose words
-        the question and the figure's header share most (`_stems`); None when the question names
-        none of them. Returns the query and a note saying which figure bounds it.
+        when the question asks how many. One query for a figure whose row names a value the question
+        names (`asked`); when none does, one per row of a table whose rows each name one value of the
+        same column of the entity ("the limit of each category": each category with its own limit),
+        read through `named`, with that column shown. The comparison's side is the question's words
+        (`beyond_words`, `within_words`, a negation before a within word); a question with neither is
+        no such comparison (None). Of several columns of the figure's kind, the one whose words the
+        question and the figure's header share most (`_stems`); None when the question names none of
+        them, or when two figures (or tables) rank alike. Returns the queries and a note saying
+        which figures bound them.
 
         Why: "which SEV3 incidents took longer to resolve than the policy allows" is a filter by a
         number the model never sees in the question; shown it as a hint, the 1.5B model filtered a
@@ -2131,59 +2135,111 @@ class SemanticLayer:
         op = _side(text)
         if op is None:
             return None
-        values = [(h.partition(" = ")[0], h.partition(" = ")[2]) for h in sorted(asked)]
-        entities = {name.partition(".")[0] for name, _ in values}
-        if len(entities) != 1:
-            return None
-        ename = entities.pop()
-        ent = self.spec.entities[ename]
-        if not _mentions(text, ent, ename):
-            return None
         table = units()
+        ename = self._bounded_entity(text, asked)
+        if ename is None:
+            return None
+        ent = self.spec.entities[ename]
+        values = [(h.partition(" = ")[0], h.partition(" = ")[2]) for h in sorted(asked)]
+        # a value of an entity the rows do not reach is no condition on them ("their" read as a policy)
+        values = [(n, raw) for n, raw in values if n.partition(".")[0] in self._reach(ename)]
+        asked = {h for h in asked if h.partition(".")[0] in self._reach(ename)}
+        options = self._figure_options(ename, asked, list(dict.fromkeys(figures)), named)
         asked_stems = _stems(question)
-        ranked: list[tuple[int, int, Figure, str, float]] = []
-        for i, fig in enumerate(figures):
-            header = _stems(fig.label.replace(fig.key, " ", 1))
+        ranked: list[tuple[int, int, str]] = []
+        for i, (header, rows) in enumerate(options):
+            kind = rows[0][0].kind
             columns = {n: d for n, d in ent.dimensions.items()
-                       if not d.expr and (u := table.named(d.unit)) is not None and u[0] == fig.kind}
+                       if not d.expr and (u := table.named(d.unit)) is not None and u[0] == kind}
             for dname, d in columns.items():
-                unit = table.named(d.unit)
-                value = table.convert(fig.number, (fig.kind, fig.unit), unit) if unit is not None else None
                 words = _stems(" ".join([dname.replace("_", " "), d.description or "", *d.synonyms]))
-                if value is None or (len(columns) > 1 and not asked_stems & words):
+                if len(columns) > 1 and not asked_stems & words:
                     continue
-                ranked.append((len(asked_stems & words) + len(header & words) + len(asked_stems & header), -i,
-                               fig, dname, value))
-        ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
+                hstems = _stems(header)
+                ranked.append((len(asked_stems & words) + len(hstems & words) + len(asked_stems & hstems), -i, dname))
+        ranked.sort(reverse=True)
+        numbers = [tuple(f.number for f, _ in rows) for _, rows in options]
         if not ranked or (len(ranked) > 1 and ranked[1][0] == ranked[0][0]
-                          and (ranked[1][2], ranked[1][3]) != (ranked[0][2], ranked[0][3])
-                          and ranked[1][2].number != ranked[0][2].number):
+                          and numbers[-ranked[1][1]] != numbers[-ranked[0][1]]):
             return None  # nothing to bound by, or two figures the words cannot tell apart
-        _, _, fig, dname, value = ranked[0]
-        filters: list[tuple[str, str, Any]] = [(name, "=", _literal(raw)) for name, raw in values]
-        filters.append((f"{ename}.{dname}", op, int(value) if float(value).is_integer() else value))
+        _, i, dname = ranked[0]
+        header, rows = options[-i]
+        unit = table.named(ent.dimensions[dname].unit)
+        base: list[tuple[str, str, Any]] = [(name, "=", _literal(raw)) for name, raw in values]
         counted = any(_has(text, w) for w in cues.aggregations.get("count", ())) and "count" in ent.measures
         key = [f"{ename}.{ent.primary_key}"] if ent.primary_key else []
-        q = QueryObject(True, [f"{ename}.count"] if counted else [],
-                        [] if counted else [*key, f"{ename}.{dname}"], [], filters, [], None)
-        said = fig.said if plain(value) == plain(fig.number) else f"{fig.said} = {plain(value)}"
-        return q, f"every one of these {ename} has {dname} {op} {plain(value)}: the document's '{fig.label}' is {said}"
+        queries: list[QueryObject] = []
+        said: list[str] = []
+        for fig, extra in rows:
+            value = table.convert(fig.number, (fig.kind, fig.unit), unit) if unit is not None else None
+            if value is None:
+                return None
+            number = int(value) if float(value).is_integer() else value
+            shown = [extra[0]] if extra else []
+            filters = [*base, *([(extra[0], "=", extra[1])] if extra else []), (f"{ename}.{dname}", op, number)]
+            queries.append(QueryObject(True, [f"{ename}.count"] if counted else [],
+                                       shown if counted else [*key, *shown, f"{ename}.{dname}"], [], filters, [], None))
+            converted = "" if plain(value) == plain(fig.number) else f" = {plain(value)}"
+            said.append(f"{extra[1] if extra else fig.key}: {fig.said}{converted}")
+        if len(rows) == 1:
+            fig = rows[0][0]
+            return queries, (f"every one of these {ename} has {dname} {op} {plain(queries[0].filters[-1][2])}: "
+                             f"the document's '{fig.label}' is {said[0].partition(': ')[2]}")
+        keyed = rows[0][1][0] if rows[0][1] else ename
+        return queries, (f"every one of these {ename} has {dname} {op} the figure of its {keyed} "
+                         f"in the document's '{header}': {'; '.join(said)}")
+
+    def _figure_options(self, ename: str, asked: set[str], figures: list[Figure],
+                        named: Callable[[str], set[str]] | None
+                        ) -> list[tuple[str, list[tuple[Figure, tuple[str, Any] | None]]]]:
+        """(header, [(figure, the filter its row stands for)]) a bound may take: each figure whose row
+        names a value the question names, alone; else each table column whose rows each name one
+        distinct value of one column of `ename` (two rows or more).
+        """
+        def header(fig: Figure) -> str:
+            return fig.label.replace(fig.key, " ", 1).strip(" ·") if fig.label != fig.key else ""
+
+        direct = figures if named is None else [f for f in figures if asked and named(f.key) & asked]
+        if direct or named is None:
+            return [(header(f), [(f, None)]) for f in direct]
+        groups: dict[tuple[str, str], list[tuple[Figure, tuple[str, Any] | None]]] = {}
+        for f in figures:
+            own = [h for h in named(f.key) if h.startswith(f"{ename}.")] if f.label != f.key else []
+            if len(own) == 1:
+                field_name, _, raw = own[0].partition(" = ")
+                groups.setdefault((header(f), f.kind), []).append((f, (field_name, _literal(raw))))
+        out: list[tuple[str, list[tuple[Figure, tuple[str, Any] | None]]]] = []
+        for (head, _), rows in groups.items():
+            fields = {extra[0] for _, extra in rows if extra}
+            stored = {repr(extra[1]) for _, extra in rows if extra}
+            if len(fields) == 1 and len(stored) == len(rows) >= 2:
+                out.append((head, rows))
+        return out
 
     def compares_rows(self, question: str, asked: set[str]) -> bool:
-        """Whether the question compares rows of one entity it names, by stored values it names
-        (`asked`, as `named_values` writes them), with a figure: a side word (`_side`) and a column
-        of that entity that keeps a quantity in a unit (`policies/units.yaml`). Why: "quais despesas
-        de transporte passaram do limite da política" needs the records as well as the policy.
+        """Whether the question compares rows of one entity it names (`_bounded_entity`) with a
+        figure: a side word (`_side`). Why: "quais despesas de transporte passaram do limite da
+        política" needs the records as well as the policy.
+        """
+        text = _spaced(question)
+        return _side(text) is not None and self._bounded_entity(text, asked) is not None
+
+    def _bounded_entity(self, text: str, asked: set[str]) -> str | None:
+        """The one entity a figure may bound: of the entities of the stored values the question
+        names (`asked`), else of those it names, the one that keeps a quantity in a unit
+        (`policies/units.yaml`), named by the question (`text`: spaced, folded); None otherwise.
         """
         from tools.doc_figures import units
 
-        text = _spaced(question)
-        entities = {h.partition(".")[0] for h in asked} & set(self.spec.entities)
-        if len(entities) != 1 or _side(text) is None:
-            return False
+        table = units()
+        entities = {h.partition(".")[0] for h in asked} or {
+            e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)}
+        entities = {e for e in entities & set(self.spec.entities)
+                    if any(table.named(d.unit) for d in self.spec.entities[e].dimensions.values())}
+        if len(entities) != 1:
+            return None
         ename = entities.pop()
-        ent = self.spec.entities[ename]
-        return _mentions(text, ent, ename) and any(units().named(d.unit) for d in ent.dimensions.values())
+        return ename if _mentions(text, self.spec.entities[ename], ename) else None
 
     def rebase_figures(self, q: QueryObject, figures: Sequence[Figure]) -> tuple[QueryObject, list[str]]:
         """A comparison of a column with a document figure's number in the figure's own unit, read
@@ -2717,19 +2773,29 @@ def earlier_values(index: Any, given: Sequence[Finding]
     return list(dict.fromkeys(hits)), bound
 
 
+@dataclass
+class DocumentFigures:
+    """The figures of the passages an earlier stage found, as the semantic fill reads them."""
+
+    lines: list[str] = field(default_factory=list)  # hint lines (`SemanticLayer.figure_hints`)
+    chosen: list[Figure] = field(default_factory=list)  # the figures whose rows name the question's values
+    found: list[Figure] = field(default_factory=list)  # every figure of the passages
+    asked: set[str] = field(default_factory=set)  # the stored values the question names
+    named: Callable[[str], set[str]] | None = None  # a text's stored values, memoised
+
+
 def document_figures(layer: SemanticLayer, index: Any, question: str, passages: str,
-                     hits: Sequence[tuple[str, str, str]], today: str
-                     ) -> tuple[list[str], list[Figure], set[str]]:
-    """The hint lines and the figures of the passages an earlier stage found that bound the rows
-    the question names (`SemanticLayer.figure_hints`), and the stored values the question names;
-    none without passages or named values.
+                     hits: Sequence[tuple[str, str, str]], today: str) -> DocumentFigures:
+    """The figures of the passages an earlier stage found, the hint lines for those that bound the
+    rows the question names (`SemanticLayer.figure_hints`), and the stored values it names; empty
+    without passages or figures.
     """
     from tools.doc_figures import figures
 
     found = figures(passages) if passages.strip() else []
-    asked = layer.named_values(question, hits, today) if found else set()
-    if not asked:
-        return [], [], asked
+    if not found:
+        return DocumentFigures()
+    asked = layer.named_values(question, hits, today)
     keys: dict[str, set[str]] = {}
 
     def named(text: str) -> set[str]:
@@ -2737,8 +2803,8 @@ def document_figures(layer: SemanticLayer, index: Any, question: str, passages: 
             keys[text] = layer.named_values(text, [(h.table, h.column, h.value) for h in index.match(text)], today)
         return keys[text]
 
-    lines, chosen = layer.figure_hints(question, asked, found, today, named)
-    return lines, chosen, asked
+    lines, chosen = layer.figure_hints(question, asked, found, today, named) if asked else ([], [])
+    return DocumentFigures(lines, chosen, found, asked, named)
 
 
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
@@ -2784,14 +2850,16 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     hints = layer.hints(question, [*hits, *earlier], today)
     by_column = layer.column_dimensions
     hints += [f"earlier answer: {by_column[(t, c)][0]} in {list(v)!r}" for t, c, v in bound if by_column.get((t, c))]
-    lines, figures, said = document_figures(layer, index, question, "\n".join(f.text for f in given if f.text),
-                                            hits, today)
-    hints += lines
-    bounded = layer.document_bound(question, said, figures) if figures else None
-    if bounded is not None:  # the rows a document's figure bounds: no LLM call
-        q, periods = layer.read_periods(bounded[0], question, today)
-        run.document, run.settled = bounded[1], [bounded[1], *periods]
-        if _execute(layer, q, tool, run) or run.fatal:
+    # the whole documents found, when a backend read them (`passages`), else the passages shown
+    passages = "\n".join(f.passages for f in given if f.passages) or "\n".join(f.text for f in given if f.text)
+    doc = document_figures(layer, index, question, passages, hits, today)
+    hints += doc.lines
+    figures = doc.chosen
+    bounded = layer.document_bound(question, doc.asked, doc.found, doc.named) if doc.found else None
+    if bounded is not None:  # the rows a document's figures bound: no LLM call
+        read = [layer.read_periods(q, question, today) for q in bounded[0]]
+        run.document, run.settled = bounded[1], [bounded[1], *read[0][1]]
+        if _execute_all(layer, [q for q, _ in read], tool, run) or run.fatal:
             return run
         run.document, run.settled = "", [f"document bound refused ({run.reason}); the LLM fills the query"]
         run.sql, run.rows, run.reason = "", [], ""
@@ -2860,6 +2928,33 @@ def warm_semantic(tool: Any, model_path: Path, *, backend: str | None) -> object
     from tools.llm import warm
 
     return warm("text_to_sql", "semantic_query", backend=backend, **_static(layer_for(model_path, tool)))
+
+
+def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any, run: SemanticRun) -> bool:
+    """`_execute` for one query; for several of the same columns (a document's figure per row of
+    its table), each compiled, then run as one statement, their rows together in the first
+    column's order: one query for the trace and the scorer, through the same read-only guard.
+    """
+    from tools.database import DatabaseUnavailable
+
+    if len(queries) == 1:
+        return _execute(layer, queries[0], tool, run)
+    run.query_object = {"union_all": [q.as_json() for q in queries]}
+    try:
+        values = stored_values(tool)
+        parts = [layer.compile(q, values).sql for q in queries]
+        run.sql = "SELECT * FROM (" + " UNION ALL ".join(
+            f"SELECT * FROM ({sql}) AS part{i}" for i, sql in enumerate(parts)) + ") AS figures ORDER BY 1"
+        run.rows = tool.query(run.sql)
+        run.ok = True
+        return True
+    except SemanticQueryError as exc:
+        run.reason = str(exc)[:400]
+    except DatabaseUnavailable as exc:
+        run.reason, run.fatal = str(exc)[:400], True
+    except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: the LLM fills instead
+        run.reason = f"{type(exc).__name__}: {exc}"[:400]
+    return False
 
 
 def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:

@@ -54,6 +54,11 @@ class Finding:
     values: tuple[str, ...] = ()
     text: str = ""
     clause: str = ""  # the words of the question these values answer ("that depend on X")
+    # the documents the passages come from (ids), and the text of those whole documents once a
+    # later backend has read them: a document's figures are read there (`tools.doc_figures`),
+    # names are not (a whole document names far more than the question is about)
+    documents: tuple[str, ...] = ()
+    passages: str = ""
 
 
 @dataclass

@@ -69,9 +69,13 @@ class DocsBackend:
                 for code in sorted(services.doc_store.languages())}
 
     def findings(self, context: dict[str, Any]) -> list[Finding]:
-        """The passages synthesis reads, for the later backends to find names and values in."""
-        text = "\n".join(str(it.get("text") or "") for it in shown_items(context.get("items", [])))
-        return [Finding(self.name, text=text)] if text.strip() else []
+        """The passages synthesis reads, for the later backends to find names and values in, and
+        the documents they come from (a later query may be bounded by a figure elsewhere in them).
+        """
+        shown = shown_items(context.get("items", []))
+        text = "\n".join(str(it.get("text") or "") for it in shown)
+        documents = tuple(dict.fromkeys(str(it["source"]) for it in shown if it.get("source")))
+        return [Finding(self.name, text=text, documents=documents)] if text.strip() else []
 
     def render(self, context: dict[str, Any]) -> str:
         """Each passage within PASSAGE_GAP of its search's best, after its document id (the citation)."""

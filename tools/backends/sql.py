@@ -56,7 +56,7 @@ class SQLBackend:
         from tools.text_to_sql import answer_sql
 
         tool = call.services.sql_tool
-        call = replace(call, given=(*call.given, *_antecedent(call)))
+        call = replace(call, given=(*call.given, *_antecedent(call), *_documents(call)))
         question = _named_referent(call, bounded_question(call.question, call.given))
         mirrored = _mirrored(call, question)
         if mirrored is not None:
@@ -232,6 +232,24 @@ def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
     rest = call.whole.replace(call.question, " ", 1)
     hits = _values(call.services.sql_tool).match(rest)
     return tuple(Finding(backend="question", values=(v,)) for v in dict.fromkeys(h.value for h in hits))
+
+
+def _documents(call: BackendCall) -> tuple[Finding, ...]:
+    """The whole text of the documents an earlier stage's passages come from, as one finding whose
+    `passages` the figures are read in (`tools.doc_figures`); none without such documents, or when
+    the store cannot be read (the shown passages are read instead).
+
+    Why: the passage search ranks a question's words, and "o teto por pedido de hardware" found the
+    expense policy but not the table of limits in it; the table is in the document it found.
+    """
+    ids = list(dict.fromkeys(d for f in call.given for d in f.documents))
+    if not ids:
+        return ()
+    try:
+        text = "\n".join(call.services.doc_store.document_text(d) for d in ids)
+    except Exception:  # noqa: BLE001 - a store that cannot be read: the shown passages stand
+        return ()
+    return (Finding("docs", passages=text),) if text.strip() else ()
 
 
 def _named_referent(call: BackendCall, question: str) -> str:
