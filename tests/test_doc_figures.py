@@ -204,16 +204,26 @@ def test_a_table_of_one_figure_per_value_bounds_each_row_by_its_own_value(tool: 
 
 def test_per_value_figures_need_one_table_the_words_pick_and_one_value_per_row(layer: SemanticLayer) -> None:
     two_tables = CAPS_TAIL + "\n" + CAPS_HEAD + "\nFloors — per claim\n\n| Category | Floor per claim (USD) | Notes |\n" \
-        "|---|---|---|\n| transport (transporte local) | 5 | none |\n| hardware | 50 | none |\n"
+        "|---|---|---|\n| transport (transporte local) | 5 | none |\n| hardware | 50 | none |\n| meals | 2 | none |\n"
     found = figures(two_tables)
 
     def named(text: str) -> set[str]:
         return {f"expenses.category = {v!r}" for v in ("transport", "hardware", "meals") if v in text}
 
-    # the words name neither table's header: two tables of per-category figures rank alike
+    # the words name neither table's header, and each gives a figure for three rows: they rank alike
     assert layer.document_bound("Which expenses went over the figure of their category?", set(), found, named) is None
     picked = layer.document_bound("Which expenses went over the limit of their category?", set(), found, named)
     assert picked is not None and len(picked[0]) == 3 and "Limit per claim" in picked[1]
+    # a notes column with a figure for one row of three loses to the column that has one for each
+    noted = figures(CAPS_TAIL.replace("per person", "at most 15 USD per person") + "\n"
+                    + CAPS_HEAD.replace("taxis and trains", "at most 30 USD a ride"))
+    both = layer.document_bound("Which expenses went over the figure of their category?", set(), noted, named)
+    assert both is not None and "Limit per claim" in both[1]
+    # a figure whose row names the question's value but which no column of the entity keeps is none
+    asked = {"expenses.status = 'rejected'"}
+    assert layer.document_bound("Which rejected expenses went over the figure of their category?", asked,
+                                figures("Rejected claims are archived after 30 days.\n" + CAPS_TAIL + CAPS_HEAD),
+                                lambda t: asked if "Rejected" in t else named(t)) is not None
     # a row that names two values of the column is no row of a per-value table
     mixed = figures("| Category | Limit per claim (USD) |\n|---|---|\n| transport or hardware | 100 |\n| meals | 40 |\n")
     assert layer.document_bound("Which expenses went over the limit of their category?", set(), mixed, named) is None

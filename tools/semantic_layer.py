@@ -27,6 +27,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -2144,9 +2145,14 @@ class SemanticLayer:
         # a value of an entity the rows do not reach is no condition on them ("their" read as a policy)
         values = [(n, raw) for n, raw in values if n.partition(".")[0] in self._reach(ename)]
         asked = {h for h in asked if h.partition(".")[0] in self._reach(ename)}
-        options = self._figure_options(ename, asked, list(dict.fromkeys(figures)), named)
+        kinds = {u[0] for d in ent.dimensions.values() if not d.expr and (u := table.named(d.unit)) is not None}
+        figures = [f for f in dict.fromkeys(figures) if f.kind in kinds and table.sizes.get((f.kind, f.unit))]
+        options = self._figure_options(ename, asked, figures, named)
+        # how many rows of its table a column gives a figure for: the table's figure column gives
+        # one for every row, a notes column for a few ("máximo de 250 USD por noite")
+        filled = Counter(f.label.replace(f.key, " ", 1).strip(" ·") for f in figures if f.label != f.key)
         asked_stems = _stems(question)
-        ranked: list[tuple[int, int, str]] = []
+        ranked: list[tuple[int, int, int, str]] = []
         for i, (header, rows) in enumerate(options):
             kind = rows[0][0].kind
             columns = {n: d for n, d in ent.dimensions.items()
@@ -2156,13 +2162,14 @@ class SemanticLayer:
                 if len(columns) > 1 and not asked_stems & words:
                     continue
                 hstems = _stems(header)
-                ranked.append((len(asked_stems & words) + len(hstems & words) + len(asked_stems & hstems), -i, dname))
+                ranked.append((len(asked_stems & words) + len(hstems & words) + len(asked_stems & hstems),
+                               filled[header], -i, dname))
         ranked.sort(reverse=True)
         numbers = [tuple(f.number for f, _ in rows) for _, rows in options]
-        if not ranked or (len(ranked) > 1 and ranked[1][0] == ranked[0][0]
-                          and numbers[-ranked[1][1]] != numbers[-ranked[0][1]]):
-            return None  # nothing to bound by, or two figures the words cannot tell apart
-        _, i, dname = ranked[0]
+        if not ranked or (len(ranked) > 1 and ranked[1][:2] == ranked[0][:2]
+                          and numbers[-ranked[1][2]] != numbers[-ranked[0][2]]):
+            return None  # nothing to bound by, or two figures the words and the tables cannot tell apart
+        _, _, i, dname = ranked[0]
         header, rows = options[-i]
         unit = table.named(ent.dimensions[dname].unit)
         base: list[tuple[str, str, Any]] = [(name, "=", _literal(raw)) for name, raw in values]
