@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,6 +24,10 @@ from helpers_graph import copy_settings
 from tools.services import Services
 from tramita.base.settings import Settings
 from tramita.lab.pgcluster import PgCluster, start_cluster
+
+if TYPE_CHECKING:
+    from tools.semantic_layer import SemanticLayer
+    from tools.sql_tool import SQLTool
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +111,23 @@ def novaops_settings(novaops: Path, pristine: Path, tmp_path: Path) -> Settings:
 def novaops_services(novaops_settings: Settings) -> Services:
     """Explicit services on the `novaops` copy: pass them in the Context (`Context(services=...)`)."""
     return Services(novaops_settings)
+
+
+@pytest.fixture
+def tool(novaops: Path) -> SQLTool:
+    """The read-only SQL tool on this test's copy of the dataset."""
+    from tools.sql_tool import SQLTool
+
+    return SQLTool(f"sqlite:///{novaops}")
+
+
+@pytest.fixture
+def layer(tool: SQLTool) -> SemanticLayer:
+    """The sample semantic model over `tool` (the shipped file, validated against that database)."""
+    from tools.semantic_layer import layer_for
+    from tramita.base.paths import SAMPLE_DIR
+
+    return layer_for(SAMPLE_DIR / "semantic_model.yaml", tool)
 
 
 @pytest.fixture

@@ -163,10 +163,6 @@ def test_rows_hand_on_only_their_text_columns_and_a_failed_run_hands_on_nothing(
 
 # ------------------------------------------------------------------------------- real stores
 
-@pytest.fixture
-def tool(novaops: Path) -> SQLTool:
-    return SQLTool(f"sqlite:///{novaops}")
-
 
 def _graph_findings(services: Services, part: str, whole: str = "", *, feeds: bool = True
                     ) -> tuple[dict[str, Any], list[Finding]]:

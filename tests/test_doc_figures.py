@@ -17,7 +17,7 @@ from tools.backends import BACKENDS
 from tools.backends.base import BackendCall, Finding
 from tools.doc_figures import UnitFile, before, figures, units
 from tools.llm import Usage
-from tools.semantic_layer import QueryObject, SemanticLayer, answer_semantic, layer_for
+from tools.semantic_layer import QueryObject, SemanticLayer, answer_semantic
 from tools.sql_tool import SQLTool
 from tramita.base.paths import SAMPLE_DIR
 from tramita.base.policyfile import PolicyError, load_model
@@ -46,15 +46,6 @@ CAPS_HEAD = """Caps — per claim
 """
 PROSE = "INC-2034 was opened on 2026-05-15. Claims are paid within 5 business days; receipts within 20 dias corridos."
 
-
-@pytest.fixture
-def tool(novaops: Path) -> SQLTool:
-    return SQLTool(f"sqlite:///{novaops}")
-
-
-@pytest.fixture
-def layer(tool: SQLTool) -> SemanticLayer:
-    return layer_for(MODEL, tool)
 
 
 def _found(text: str) -> list[tuple[str, float, str]]:

@@ -43,15 +43,6 @@ from tramita.lab.evaluation.questions import results_match, sql_is_ordered
 MODEL = SAMPLE_DIR / "semantic_model.yaml"
 
 
-@pytest.fixture
-def tool(novaops: Path) -> SQLTool:
-    return SQLTool(f"sqlite:///{novaops}")
-
-
-@pytest.fixture
-def layer(tool: SQLTool) -> SemanticLayer:
-    return layer_for(MODEL, tool)
-
 
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
