@@ -191,6 +191,10 @@ def test_a_table_of_one_figure_per_value_bounds_each_row_by_its_own_value(tool: 
                            "ORDER BY expense_id").fetchall()
     assert gold and [r["expenses.expense_id"] for r in run.rows] == [g[0] for g in gold]
     assert all("expenses.category" in r for r in run.rows)  # each row shows the value its figure is for
+    counted = answer_semantic("How many approved claims went over the cap per claim of their category?", tool, MODEL,
+                              today="2026-05-15", backend="local", usage=usage,
+                              given=(Finding("docs", passages=CAPS_TAIL + "\n" + CAPS_HEAD),))
+    assert counted.ok and usage.calls == 0 and counted.rows == [{"expenses.count": len(gold)}], counted.rows
 
 
 def test_per_value_figures_need_one_table_the_words_pick_and_one_value_per_row(layer: SemanticLayer) -> None:

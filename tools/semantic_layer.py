@@ -2185,7 +2185,7 @@ class SemanticLayer:
             shown = [extra[0]] if extra else []
             filters = [*base, *([(extra[0], "=", extra[1])] if extra else []), (f"{ename}.{dname}", op, number)]
             queries.append(QueryObject(True, [f"{ename}.count"] if counted else [],
-                                       shown if counted else [*key, *shown, f"{ename}.{dname}"], [], filters, [], None))
+                                       [] if counted else [*key, *shown, f"{ename}.{dname}"], [], filters, [], None))
             converted = "" if plain(value) == plain(fig.number) else f" = {plain(value)}"
             said.append(f"{extra[1] if extra else fig.key}: {fig.said}{converted}")
         if len(rows) == 1:
@@ -2940,7 +2940,8 @@ def warm_semantic(tool: Any, model_path: Path, *, backend: str | None) -> object
 def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any, run: SemanticRun) -> bool:
     """`_execute` for one query; for several of the same columns (a document's figure per row of
     its table), each compiled, then run as one statement, their rows together in the first
-    column's order: one query for the trace and the scorer, through the same read-only guard.
+    column's order, or the sum of their counts when each part is one count: one query for the
+    trace and the scorer, through the same read-only guard.
     """
     from tools.database import DatabaseUnavailable
 
@@ -2950,8 +2951,13 @@ def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any
     try:
         values = stored_values(tool)
         parts = [layer.compile(q, values).sql for q in queries]
-        run.sql = "SELECT * FROM (" + " UNION ALL ".join(
-            f"SELECT * FROM ({sql}) AS part{i}" for i, sql in enumerate(parts)) + ") AS figures ORDER BY 1"
+        union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS part{i}" for i, sql in enumerate(parts))
+        counts = {m for q in queries for m in q.measures}
+        if len(counts) == 1 and not any(q.dimensions for q in queries):  # one count per part: their sum
+            name = counts.pop()
+            run.sql = f'SELECT SUM("{name}") AS "{name}" FROM ({union}) AS figures'
+        else:
+            run.sql = f"SELECT * FROM ({union}) AS figures ORDER BY 1"
         run.rows = tool.query(run.sql)
         run.ok = True
         return True
