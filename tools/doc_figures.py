@@ -46,11 +46,16 @@ class UnitFile(BaseModel):
 class Figure:
     """One number a passage states with its unit: "SEV2 · Resolve within: 8 hours"."""
 
-    label: str  # what the number is about: a table row's key and column header, or a prose line
     key: str  # the table row's first cell (the prose line for prose): what names the rows it bounds
+    header: str  # the table column's header ("" for prose)
     number: float
     unit: str  # the unit's name in the units file ("hours")
     kind: str  # the unit's kind ("duration")
+
+    @property
+    def label(self) -> str:
+        """What the number is about: the row's key and the column's header, or the prose line."""
+        return f"{self.key} · {self.header}".strip(" ·")
 
     @property
     def said(self) -> str:
@@ -171,12 +176,12 @@ def figures(text: str, path: Path = UNITS_FILE) -> list[Figure]:
                 unit = _header_unit(head, table) if not found and bare else None
                 if unit is not None and bare is not None:
                     found = [(_value(bare.group(1)), *unit)]
-                out += [Figure(f"{key} · {head}".strip(" ·"), key, n, u, k) for n, k, u in found]
+                out += [Figure(key, head, n, u, k) for n, k, u in found]
             continue
         header = []
         for sentence in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")):
             label = sentence.replace("**", "")[:MAX_LABEL]
-            out += [Figure(label, label, n, u, k) for n, k, u in _quantities(sentence, table)]
+            out += [Figure(label, "", n, u, k) for n, k, u in _quantities(sentence, table)]
     return out
 
 

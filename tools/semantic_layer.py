@@ -2150,7 +2150,7 @@ class SemanticLayer:
         options = self._figure_options(ename, asked, figures, named)
         # how many rows of its table a column gives a figure for: the table's figure column gives
         # one for every row, a notes column for a few ("máximo de 250 USD por noite")
-        filled = Counter(f.label.replace(f.key, " ", 1).strip(" ·") for f in figures if f.label != f.key)
+        filled = Counter(f.header for f in figures if f.header)
         asked_stems = _stems(question)
         ranked: list[tuple[int, int, int, str]] = []
         for i, (header, rows) in enumerate(options):
@@ -2203,18 +2203,15 @@ class SemanticLayer:
         names a value the question names, alone; else each table column whose rows each name one
         distinct value of one column of `ename` (two rows or more).
         """
-        def header(fig: Figure) -> str:
-            return fig.label.replace(fig.key, " ", 1).strip(" ·") if fig.label != fig.key else ""
-
         direct = figures if named is None else [f for f in figures if asked and named(f.key) & asked]
         if direct or named is None:
-            return [(header(f), [(f, None)]) for f in direct]
+            return [(f.header, [(f, None)]) for f in direct]
         groups: dict[tuple[str, str], list[tuple[Figure, tuple[str, Any] | None]]] = {}
         for f in figures:
-            own = [h for h in named(f.key) if h.startswith(f"{ename}.")] if f.label != f.key else []
+            own = [h for h in named(f.key) if h.startswith(f"{ename}.")] if f.header else []
             if len(own) == 1:
                 field_name, _, raw = own[0].partition(" = ")
-                groups.setdefault((header(f), f.kind), []).append((f, (field_name, _literal(raw))))
+                groups.setdefault((f.header, f.kind), []).append((f, (field_name, _literal(raw))))
         out: list[tuple[str, list[tuple[Figure, tuple[str, Any] | None]]]] = []
         for (head, _), rows in groups.items():
             fields = {extra[0] for _, extra in rows if extra}
@@ -2938,60 +2935,51 @@ def warm_semantic(tool: Any, model_path: Path, *, backend: str | None) -> object
 
 
 def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any, run: SemanticRun) -> bool:
-    """`_execute` for one query; for several of the same columns (a document's figure per row of
-    its table), each compiled, then run as one statement, their rows together in the first
-    column's order, or the sum of their counts when each part is one count: one query for the
-    trace and the scorer, through the same read-only guard.
+    """Compile the queries and run them through `tool.query` into `run`; False with `run.reason`
+    (and `run.fatal` when the database is down, `run.repairable` when the LLM may correct it)
+    otherwise. Several queries of the same columns (a document's figure per row of its table) run
+    as one statement, their rows together in the first column's order, or the sum of their counts
+    when each part is one count: one query for the trace and the scorer, through the same
+    read-only guard.
     """
     from tools.database import DatabaseUnavailable
 
-    if len(queries) == 1:
-        return _execute(layer, queries[0], tool, run)
-    run.query_object = {"union_all": [q.as_json() for q in queries]}
-    try:
-        values = stored_values(tool)
-        parts = [layer.compile(q, values).sql for q in queries]
-        union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS part{i}" for i, sql in enumerate(parts))
-        counts = {m for q in queries for m in q.measures}
-        if len(counts) == 1 and not any(q.dimensions for q in queries):  # one count per part: their sum
-            name = counts.pop()
-            run.sql = f'SELECT SUM("{name}") AS "{name}" FROM ({union}) AS figures'
-        else:
-            run.sql = f"SELECT * FROM ({union}) AS figures ORDER BY 1"
-        run.rows = tool.query(run.sql)
-        run.ok = True
-        return True
-    except SemanticQueryError as exc:
-        run.reason = str(exc)[:400]
-    except DatabaseUnavailable as exc:
-        run.reason, run.fatal = str(exc)[:400], True
-    except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: the LLM fills instead
-        run.reason = f"{type(exc).__name__}: {exc}"[:400]
-    return False
-
-
-def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:
-    """Compile `q` and run it through `tool.query` into `run`; False with `run.reason` (and
-    `run.fatal` when the database is down, `run.repairable` when the LLM may correct it) otherwise.
-    """
-    from tools.database import DatabaseUnavailable
-
-    run.query_object = q.as_json()
+    run.query_object = queries[0].as_json() if len(queries) == 1 else {"union_all": [q.as_json() for q in queries]}
     run.repairable = False
     try:
-        compiled = layer.compile(q, stored_values(tool))
-        run.query_object = compiled.query.as_json()
-        run.sql = compiled.sql
-        run.rows = tool.query(compiled.sql)
+        values = stored_values(tool)
+        compiled = [layer.compile(q, values) for q in queries]
+        if len(compiled) == 1:
+            run.query_object, run.sql = compiled[0].query.as_json(), compiled[0].sql
+        else:
+            run.sql = _union([c.sql for c in compiled], queries)
+        run.rows = tool.query(run.sql)
         run.ok = True
         return True
     except SemanticQueryError as exc:
         run.reason, run.repairable = str(exc)[:400], True
     except DatabaseUnavailable as exc:
         run.reason, run.fatal = str(exc)[:400], True
-    except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: raw SQL answers instead
+    except Exception as exc:  # noqa: BLE001 - a guard refusal or an engine error: another path answers instead
         run.reason = f"{type(exc).__name__}: {exc}"[:400]
     return False
+
+
+def _union(parts: Sequence[str], queries: Sequence[QueryObject]) -> str:
+    """The compiled `parts` as one statement: their rows in the first column's order, or the sum
+    of their counts when each part is one count and nothing else.
+    """
+    union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS part{i}" for i, sql in enumerate(parts))
+    counts = {m for q in queries for m in q.measures}
+    if len(counts) == 1 and not any(q.dimensions for q in queries):
+        name = counts.pop()
+        return f'SELECT SUM("{name}") AS "{name}" FROM ({union}) AS figures'
+    return f"SELECT * FROM ({union}) AS figures ORDER BY 1"
+
+
+def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:
+    """`_execute_all` for one query."""
+    return _execute_all(layer, [q], tool, run)
 
 
 def check_model(path: Path, engine: Any) -> dict[str, int]:
