@@ -33,6 +33,7 @@ from tools.graph_patterns import (
     PatternFile,
     counting_query,
     counts_answers,
+    find_mentions,
     load_patterns,
     relative_clauses,
 )
@@ -281,6 +282,25 @@ def rows_of(tool: GraphTool, query: str) -> list[tuple[Any, ...]]:
     return [tuple(r.values()) for r in tool.query(query)]
 
 
+def common_boss(tool: GraphTool, first: str, second: str) -> list[tuple[Any, ...]]:
+    """The nearest manager both report to, from each one's chain of explicit fixed-length paths."""
+    up = [{row[0]: row[1] for row in closure(tool, "employee_id", who, "REPORTS_TO", 10, reverse=False,
+                                              name="employee_id")} for who in (first, second)]
+    shared = sorted((up[0][m] + up[1][m], m) for m in set(up[0]) & set(up[1]))
+    if not shared:
+        return []
+    steps, key = shared[0]
+    name, role = rows_of(tool, f"MATCH (m:Employee) WHERE m.employee_id = '{key}' RETURN m.name, m.role")[0]
+    return [(name, role, steps)]
+
+
+def uncovered(tool: GraphTool, weeks: list[str]) -> list[tuple[Any, ...]]:
+    """Every service less those some ON_CALL_FOR edge of those weeks reaches."""
+    covered = {r[0] for w in weeks for r in rows_of(
+        tool, f"MATCH (:Employee)-[o:ON_CALL_FOR]->(s:Service) WHERE o.week = '{w}' RETURN DISTINCT s.service_id")}
+    return [r for r in rows_of(tool, "MATCH (s:Service) RETURN s.service_id, s.tier, s.status") if r[0] not in covered]
+
+
 # (pattern, parameters, gold rows: a query string or a function of the tool)
 GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("manager_of", {"person": "E020"},
@@ -387,6 +407,17 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
      "MATCH (t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE t.team_id = 'T06' RETURN s.service_id, s.tier, s.status"),
     ("team_services", {"team": "T07"},
      "MATCH (t:Team)-[:OWNS_SERVICE]->(s:Service) WHERE t.team_id = 'T07' RETURN s.service_id, s.tier, s.status"),
+    # the shortcut edge's shift id names the week and the team whose rotation it is
+    ("team_on_call", {"team": "T02", "week": ["2026-W19"], "role": ["primary", "secondary"]},
+     "MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service) WHERE o.shift_id STARTS WITH 'OCS-2026-W19-T02-' "
+     "RETURN e.name, s.service_id, o.role, o.week"),
+    ("team_on_call", {"team": "T06", "week": ["2026-W21", "2026-W22"], "role": ["secondary"]},
+     "MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service) WHERE (o.shift_id STARTS WITH 'OCS-2026-W21-T06-' OR "
+     "o.shift_id STARTS WITH 'OCS-2026-W22-T06-') AND o.role = 'secondary' RETURN e.name, s.service_id, o.role, o.week"),
+    ("services_without_on_call", {"week": ["2026-W20"]}, lambda t: uncovered(t, ["2026-W20"])),
+    ("services_without_on_call", {"week": ["2026-W23"]}, lambda t: uncovered(t, ["2026-W23"])),  # no roster: all
+    ("common_manager", {"first": "E020", "second": "E046"}, lambda t: common_boss(t, "E020", "E046")),
+    ("common_manager", {"first": "E040", "second": "E022"}, lambda t: common_boss(t, "E040", "E022")),
 ]
 
 
@@ -507,6 +538,12 @@ PARAPHRASES = [
     ("team_members", "Who is in Executive Office?"),
     ("team_services", "De quais serviços o time de Dados é dono?"),
     ("team_services", "What services does Site Reliability Engineering operate?"),
+    ("team_on_call", "Quem cobre o plantão da equipe de Pagamentos na próxima semana, e de quais sistemas?"),
+    ("team_on_call", "Which services is the Security team's primary on call for this week, and who is it?"),
+    ("services_without_on_call", "Que serviços estão sem plantonista nesta semana?"),
+    ("services_without_on_call", "Which services does nobody cover on call next week?"),
+    ("common_manager", "Quem é a chefia mais próxima acima tanto da Aline Cunha quanto do Thiago Nascimento?"),
+    ("common_manager", "What's the nearest manager that Catarina Lobo and Rui Almeida have in common?"),
 ]
 OFF_TOPIC = ["What's the capital of France?", "How much budget is left for Q3?",
              "Até quanto posso gastar com hotel por noite?"]
@@ -570,6 +607,24 @@ def test_a_clear_match_with_every_parameter_makes_no_llm_call(engine_and_gazette
     assert attempt.params == {"service": "data-warehouse", "week": ["2026-W21"], "role": ["primary"]}
     assert [r["name"] for r in attempt.rows] == ["Henrique Salgado"]
     assert usage.calls == 0
+
+
+def test_a_pattern_whose_slot_nothing_names_leaves_the_candidates(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """"The primaries of every team" reads like one team's rotation, but no team is named: that
+    pattern goes, and the roster answers. A team named by the question, by a word of its name, or
+    by an earlier source of the turn keeps it."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    every = "Quem são os primários de plantão de todos os times na semana que vem?"
+    ranked = engine.rank(every, gazetteer)
+    assert "team_on_call" not in {c.name for c in ranked.candidates}
+    assert ranked.candidates[0].name == "on_call_roster"
+    named = engine.rank("Quem é o primário de plantão do time de Pagamentos na semana que vem?", gazetteer)
+    assert named.candidates[0].name == "team_on_call"
+    assert "team_on_call" in {c.name for c in engine.rank(every, gazetteer, "O time de Segurança cuida disso.").candidates}
+    # a word of a longer name is a name the LLM's fill may still resolve
+    assert "direct_reports" in {c.name for c in engine.rank("Quem se reporta diretamente ao Eduardo?",
+                                                               gazetteer).candidates}
 
 
 @pytest.mark.parametrize(("question", "expected"), [
@@ -662,6 +717,29 @@ def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[
     # without an LLM a name the gazetteer does not know stays pending
     first_name = fill("direct_reports", "Quem se reporta diretamente ao Eduardo?")
     assert first_name.problem and "not found" in first_name.problem
+
+
+def test_two_people_fill_two_parameters_of_one_kind_and_leave_one_person_patterns(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Two people named: the pattern with two person slots takes them in the order said (no LLM);
+    a pattern with one person slot cannot take both, so it is no candidate at all."""
+    engine, gazetteer, sql = engine_and_gazetteer
+    question = "Qual o gestor mais próximo que a Aline Cunha e o Thiago Nascimento compartilham?"
+    filled = engine.fill(engine.patterns.pattern("common_manager"), question, today=TODAY, gazetteer=gazetteer,
+                         engine=sql)
+    keys = {m.surface: m.value for m in find_mentions(question, gazetteer, [])}
+    assert filled.problem is None and not filled.pending
+    assert filled.values == {"first": keys["aline cunha"], "second": keys["thiago nascimento"]}
+    swapped = engine.fill(engine.patterns.pattern("common_manager"),
+                          "Thiago Nascimento e Aline Cunha: quem é o chefe em comum?", today=TODAY,
+                          gazetteer=gazetteer, engine=sql)
+    assert swapped.values == {"first": keys["thiago nascimento"], "second": keys["aline cunha"]}
+    ranked = {c.name for c in engine.rank(question, gazetteer).candidates}
+    assert ranked and not ranked & {"manager_of", "management_chain", "direct_reports", "reports_under"}
+    # one person named: the one-person patterns stay candidates; three named: not even the two-person one
+    assert "manager_of" in {c.name for c in engine.rank("Quem é o gestor da Aline Cunha?", gazetteer).candidates}
+    three = engine.rank("Qual o chefe em comum de Aline Cunha, Thiago Nascimento e Rui Almeida?", gazetteer)
+    assert "common_manager" not in {c.name for c in three.candidates}
 
 
 def test_a_count_of_the_patterns_answers_is_counted_by_a_recorded_query(

@@ -451,6 +451,35 @@ def test_settle_drops_a_filter_value_the_question_does_not_say(layer: SemanticLa
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
+def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLayer, tool: SQLTool,
+                                                              novaops: Path) -> None:
+    """A team's name filed under the services' names is refused (a repair call); the value index
+    heard it as a team name, so the filter moves there and the count is the gold. A value the filter's own column
+    stores, or one the index did not hear, stays."""
+    from tools.semantic_layer import _holds
+    from tools.sql_schema import load_schema
+    from tools.sql_values import value_index
+
+    index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
+    question = "Quantos serviços o time Pagamentos opera?"
+    hits = [(h.table, h.column, h.value) for h in index.match(question)]
+    filled = layer.parse({"measures": ["services.count"],
+                          "filters": [{"field": "services.name", "op": "=", "value": "Pagamentos"}]})
+    moved, notes = layer.relink_heard(filled, hits, _holds(tool, index.columns))
+    assert [f for f, _, _ in moved.filters] == ["teams.name"] and "moved to teams.name" in notes[0]
+    gold = _rows(novaops, "SELECT COUNT(*) FROM services s JOIN teams t ON t.team_id = s.owner_team_id "
+                          "WHERE t.name = 'Pagamentos'")
+    assert gold[0][0] > 0
+    assert results_match(gold, _answer(layer, tool, moved), strict=True)
+    with pytest.raises(SemanticQueryError, match="not a stored value"):  # as filled: refused, a repair call
+        _answer(layer, tool, filled)
+    own = layer.parse({"measures": ["services.count"],
+                       "filters": [{"field": "services.name", "op": "=", "value": "Payments API"}]})
+    assert layer.relink_heard(own, [*hits, ("services", "name", "Payments API")],
+                              _holds(tool, index.columns))[0].filters == own.filters
+    assert layer.relink_heard(filled, [], _holds(tool, index.columns))[0].filters == filled.filters
+
+
 def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """A question with no time in it, filled with "today" as the expense date, answers about one day:
     the period goes, and the total is the gold; the query as filled is not."""

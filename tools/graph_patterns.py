@@ -35,6 +35,7 @@ import logging
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -817,13 +818,16 @@ class PatternEngine:
                 self._indexes[signature] = cached
             return cached
 
-    def rank(self, question: str, gazetteer: Gazetteer | None = None) -> MatchResult:
+    def rank(self, question: str, gazetteer: Gazetteer | None = None, given: str = "") -> MatchResult:
         """The margin rule over the patterns, best first (no LLM).
 
         Names are masked on both sides before embedding: measured, an example that happens to
         name the same person as the question outweighs what is asked about them. Patterns that
         have no parameter for a kind of thing the question names are left out: filling them
-        would fail on that stray mention anyway.
+        would fail on that stray mention anyway. So are patterns with a slot for a kind of thing
+        that neither the question (not even by a word of a name) nor an earlier source of the turn
+        (`given`) names, when other patterns remain: "the primaries of every team" is not one
+        team's rotation.
         """
         from tools.registry_index import decide
 
@@ -836,6 +840,14 @@ class PatternEngine:
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
                 and not _ruled_out(self.patterns.pattern(name), question)
                 and not _names_other_answers(self.patterns.pattern(name), nouns)]
+        named = {m.source for m in mentions}
+        if given.strip():
+            named |= {m.source for m in find_mentions(given, gazetteer or {}, _id_params(self.patterns))}
+        named |= _partly_named(question, gazetteer or {}, named)
+        served = [(name, score) for name, score in fits
+                  if all(p.source in named for p in self.patterns.pattern(name).parameters
+                         if isinstance(p, (EntityParam, IdParam)))]
+        fits = served or fits
         order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions, self._modifiers)
                  for name, _ in fits}
         if any(v is True for v in order.values()):
@@ -845,9 +857,12 @@ class PatternEngine:
         return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
                       margin=self.patterns.matching.margin, k=k)
 
-    def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None) -> Choice:
-        """Clear match: that pattern. Close: one constrained LLM choice among the close ones."""
-        result = self.rank(question, gazetteer)
+    def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None,
+               given: str = "") -> Choice:
+        """Clear match: that pattern. Close: one constrained LLM choice among the close ones.
+        `given`: what earlier sources of the turn found (it names things a pattern's slots take).
+        """
+        result = self.rank(question, gazetteer, given)
         scores = [(c.name, c.score) for c in result.candidates]
         if result.decision == "none" or not result.candidates:
             return Choice(None, "none", scores)
@@ -904,8 +919,11 @@ class PatternEngine:
         rest = f" {fold(question)} "
         for m in mentions:
             rest = rest.replace(f" {m.surface} ", " ")
+        shared = _shared_sources(pattern, mentions, f" {fold(question)} ")
         for param in pattern.parameters:
-            if isinstance(param, (EntityParam, IdParam)):
+            if isinstance(param, (EntityParam, IdParam)) and param.name in shared:
+                filled.values[param.name] = shared[param.name]
+            elif isinstance(param, (EntityParam, IdParam)):
                 values = list(dict.fromkeys(m.value for m in mentions if m.source == param.source))
                 found = list(dict.fromkeys(m.value for m in earlier if m.source == param.source))
                 if len(values) == 1:
@@ -1040,14 +1058,14 @@ class PatternEngine:
                 counts_answers(question, vocab.count_words, p.counts) for p in self.patterns.patterns)):
             return PatternAttempt(choice=Choice(None, "none"), reason=why)  # no pattern's answers counted
         gazetteer = self.gazetteer(engine, tool)
-        choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer)
+        choice = self.choose(question, usage=usage, backend=backend, gazetteer=gazetteer, given=given)
         answered = ""
         # "how many open tickets do the services that depend on X have": the relation is one clause
         # of a question whose aggregate is a later source's job. That clause is matched alone: it
         # chooses the pattern when the whole question matched none, and it is the part of the
         # question the rows stand for (the later source reads the rows in its place)
         for clause in relative_clauses(question, vocab.relative_words) if rows_for_later else []:
-            found = self.choose(clause, usage=usage, backend=backend, gazetteer=gazetteer)
+            found = self.choose(clause, usage=usage, backend=backend, gazetteer=gazetteer, given=given)
             if found.decision == "clear" and (choice.decision == "none" or found.name == choice.name):
                 choice, question, answered = (found, clause, clause) if choice.decision == "none" \
                     else (choice, question, clause)
@@ -1475,13 +1493,49 @@ def _ruled_out(pattern: GraphPattern, question: str) -> bool:
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
     """Whether the pattern has a parameter for every kind of thing the question names (a text
-    that names two kinds needs one of them).
+    that names two kinds needs one of them), and as many parameters of a kind as the question
+    names things of only that kind: one person's manager cannot take two people.
     """
-    sources = {p.source for p in pattern.parameters if isinstance(p, (EntityParam, IdParam))}
+    params = Counter(p.source for p in pattern.parameters if isinstance(p, (EntityParam, IdParam)))
     by_surface: dict[str, set[str]] = {}
     for m in mentions:
         by_surface.setdefault(m.surface, set()).add(m.source)
-    return all(kinds & sources for kinds in by_surface.values())
+    named = Counter(next(iter(kinds)) for kinds in by_surface.values() if len(kinds) == 1)
+    return all(kinds & set(params) for kinds in by_surface.values()) and all(
+        n <= params[source] for source, n in named.items())
+
+
+def _partly_named(question: str, gazetteer: Gazetteer, named: set[str]) -> set[str]:
+    """The kinds the question names only by a word of a longer name ("Eduardo" of a full name):
+    the LLM's fill can still resolve those, so their patterns stay candidates.
+    """
+    words = {w for w in re.findall(r"\w+", fold(question)) if len(w) >= 4}
+    out: set[str] = set()
+    for source, pairs in gazetteer.items():
+        kind = source.removesuffix(TITLE_MARK)
+        if kind in named or kind in out or source.endswith(TITLE_MARK):
+            continue
+        if any(words & set(surface.split()) for surface, _ in pairs if " " in surface):
+            out.add(kind)
+    return out
+
+
+def _shared_sources(pattern: GraphPattern, mentions: list[Mention], folded: str) -> dict[str, str]:
+    """Parameters that share one kind (the two people of "the boss A and B have in common") take
+    the values of that kind in the order the question names them, when it names exactly as many:
+    no single value could fill either, and the order is what the question itself gives.
+    """
+    by_source: dict[str, list[str]] = {}
+    for p in pattern.parameters:
+        if isinstance(p, (EntityParam, IdParam)):
+            by_source.setdefault(p.source, []).append(p.name)
+    out: dict[str, str] = {}
+    for source, names in by_source.items():
+        found = [m for m in mentions if m.source == source]
+        values = list(dict.fromkeys(m.value for m in sorted(found, key=lambda m: folded.find(f" {m.surface} "))))
+        if len(names) > 1 and len(values) == len(names):
+            out.update(zip(names, values, strict=True))
+    return out
 
 
 def _stray(mentions: list[Mention], pattern: GraphPattern, values: dict[str, Any]) -> list[Mention]:

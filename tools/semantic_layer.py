@@ -28,7 +28,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -1934,6 +1934,40 @@ class SemanticLayer:
                     by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
         return by_column
 
+    def relink_heard(self, q: QueryObject, hits: Iterable[tuple[str, str, str]],
+                     holds: Callable[[str, str, str], bool]) -> tuple[QueryObject, list[str]]:
+        """A text filter on a column that does not hold its value moves to the one column where the
+        database's value index heard that value in the question (`hits`: table, column, value),
+        when one dimension reads that column. Why: a small model files a team's name under the
+        projects' names; the stored values say whose name it is. `holds(table, column, value)`:
+        whether the filter's own column stores the value (True when that cannot be read).
+        """
+        heard: dict[str, set[tuple[str, str]]] = {}
+        for t, c, v in hits:
+            heard.setdefault(fold(v), set()).add((t, c))
+        out: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for name, op, value in q.filters:
+            found = self._dimension(name)
+            values = value if isinstance(value, list) else [value]
+            if found is None or found[3].expr or op not in ("=", "!=", "in", "not_in") or not values:
+                out.append((name, op, value))
+                continue
+            _, entity, member, dim = found
+            own = (self.spec.entities[entity].table_name(entity), dim.column or member)
+            columns = [heard.get(fold(str(v)), set()) for v in values]
+            common = set.intersection(*columns)
+            targets = {d for tc in common for d in self.column_dimensions.get(tc, [])}
+            if own in common or len(common) != 1 or len(targets) != 1 \
+                    or any(holds(*own, str(v)) for v in values):
+                out.append((name, op, value))
+                continue
+            target = targets.pop()
+            out.append((target, op, value))
+            notes.append(f"filter {name} {op} {value!r} moved to {target} (the column that stores that value)")
+        return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), out,
+                           list(q.order), q.limit), notes
+
     def names_values(self, hits: Iterable[tuple[str, str, str]]) -> bool:
         """Whether the value index found a stored value of the model's own columns (`hits`: table,
         column, value); a word that is also a value of a table the model does not cover ("tickets",
@@ -2714,6 +2748,24 @@ _values_cache: dict[tuple[str, str, str], tuple[float, list[str] | None]] = {}
 _VALUES_SECONDS = 300.0
 
 
+def _holds(tool: Any, indexed: Collection[tuple[str, str]]) -> Callable[[str, str, str], bool]:
+    """Whether a column stores a value (any case): an indexed column was matched against the
+    question already, so it does not; another is asked through the tool's read-only queries, and
+    a read that fails counts as holding it (nothing is moved on a guess).
+    """
+
+    def holds(table: str, column: str, value: str) -> bool:
+        if (table, column) in indexed:
+            return False
+        quoted = value.replace("'", "''")
+        try:
+            return bool(tool.query(f'SELECT 1 AS x FROM "{table}" WHERE LOWER("{column}") = LOWER(\'{quoted}\') LIMIT 1'))
+        except Exception:  # noqa: BLE001 - a column that cannot be read keeps its filter
+            return True
+
+    return holds
+
+
 def stored_values(tool: Any) -> Callable[[str, str], list[str] | None]:
     """Distinct values of a text column read through the tool's own validated, read-only queries
     (`tools.sql_values.read_values`: None for free text or a column too large to list).
@@ -2886,7 +2938,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         q, figured = layer.rebase_figures(q, figures)
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
-        run.settled += [*periods, *figured, *rebased, *settled]
+        q, moved = layer.relink_heard(q, hits, _holds(tool, index.columns))
+        run.settled += [*periods, *figured, *rebased, *settled, *moved]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note

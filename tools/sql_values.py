@@ -67,6 +67,11 @@ class ValueIndex:
         """The number of indexed values; `value_index` does not cache an empty index (the database may be down)."""
         return len(self._entries)
 
+    @property
+    def columns(self) -> frozenset[tuple[str, str]]:
+        """The (table, column) pairs whose values are indexed: a value heard elsewhere is not in these."""
+        return frozenset((hit.table, hit.column) for _, hit in self._entries)
+
     def match(self, question: str, tables: Iterable[str] | None = None, limit: int | None = MAX_HITS
               ) -> list[ValueHit]:
         """Values written in the question, longest first; only in `tables` when given (the
