@@ -246,6 +246,11 @@ def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
 
     assert "titles: only an entity resolved through a reference kind" in _broken(tmp_path, titles_without_a_reference)
 
+    def needs_a_word_its_examples_lack(d: dict[str, Any]) -> None:
+        next(p for p in d["patterns"] if p["name"] == "team_services")["needs_one_of"] = ["nobody"]
+
+    assert "needs_one_of: examples say none of these words" in _broken(tmp_path, needs_a_word_its_examples_lack)
+
     path = tmp_path / "syntax.yaml"
     path.write_text("version: 1\npatterns: [\n  - name: x\n", encoding="utf-8")
     with pytest.raises(PolicyError, match=r"syntax\.yaml: malformed YAML \(line \d+"):
@@ -609,6 +614,17 @@ def test_a_clear_match_with_every_parameter_makes_no_llm_call(engine_and_gazette
     assert usage.calls == 0
 
 
+def test_a_pattern_about_an_absence_needs_a_word_of_absence(engine_and_gazetteer: tuple[PatternEngine, Any, Any]
+                                                            ) -> None:
+    """The services nobody covers read, to e5, like the roster itself: without a word of absence
+    the pattern is no candidate; with one it wins."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    roster = engine.rank("Who is on call this week across all teams?", gazetteer)
+    assert "services_without_on_call" not in {c.name for c in roster.candidates}
+    gap = engine.rank("Which services are not covered by anyone on call next week?", gazetteer)
+    assert gap.best == "services_without_on_call"
+
+
 def test_a_pattern_whose_slot_nothing_names_leaves_the_candidates(
         engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
     """"The primaries of every team" reads like one team's rotation, but no team is named: that
@@ -616,15 +632,17 @@ def test_a_pattern_whose_slot_nothing_names_leaves_the_candidates(
     by an earlier source of the turn keeps it."""
     engine, gazetteer, _ = engine_and_gazetteer
     every = "Quem são os primários de plantão de todos os times na semana que vem?"
-    ranked = engine.rank(every, gazetteer)
+    ranked = engine.rank(every, gazetteer, "")
     assert "team_on_call" not in {c.name for c in ranked.candidates}
     assert ranked.candidates[0].name == "on_call_roster"
-    named = engine.rank("Quem é o primário de plantão do time de Pagamentos na semana que vem?", gazetteer)
+    named = engine.rank("Quem fica como primário no plantão do time de Pagamentos na semana que vem?", gazetteer, "")
     assert named.candidates[0].name == "team_on_call"
     assert "team_on_call" in {c.name for c in engine.rank(every, gazetteer, "O time de Segurança cuida disso.").candidates}
     # a word of a longer name is a name the LLM's fill may still resolve
     assert "direct_reports" in {c.name for c in engine.rank("Quem se reporta diretamente ao Eduardo?",
-                                                               gazetteer).candidates}
+                                                               gazetteer, "").candidates}
+    # the planner's question (no `given`): how near the graph is, every fitting pattern kept
+    assert engine.rank(every, gazetteer).candidates[0].name == "team_on_call"
 
 
 @pytest.mark.parametrize(("question", "expected"), [

@@ -1281,6 +1281,43 @@ def test_settle_takes_the_role_the_question_names_over_the_default_one(layer: Se
         assert layer.settle(layer.parse(filled), kept)[0].dimensions == ["employees.full_name"], kept
 
 
+def test_a_list_names_a_person_through_the_role_its_rows_have(layer: SemanticLayer, tool: SQLTool,
+                                                               novaops: Path) -> None:
+    """ "Who led incident X?" filled with the plain employees' name beside the incident's filter
+    resolves from no entity (refused: a repair call); the incident's one role to people does."""
+    filled = layer.parse({"dimensions": ["incidents.commander_id", "employees.full_name"],
+                          "filters": [{"field": "incidents.incident_id", "op": "=", "value": "INC-2041"}]})
+    with pytest.raises(SemanticQueryError, match="not reachable"):
+        _answer(layer, tool, filled)
+    settled, notes = layer.settle(filled, "Who led the response to INC-2041?")
+    assert "commander.full_name" in settled.dimensions and any("commander" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT i.commander_id, e.full_name FROM incidents i JOIN employees e "
+                          "ON e.employee_id = i.commander_id WHERE i.incident_id = 'INC-2041'")
+    assert gold and results_match(gold, _answer(layer, tool, settled), strict=True)
+    # a list that already resolves keeps its fields
+    plain = layer.parse({"dimensions": ["employees.full_name"],
+                         "filters": [{"field": "employees.office_city", "op": "=", "value": "Porto"}]})
+    assert layer.settle(plain, "Who works in Porto?")[0].dimensions == ["employees.full_name"]
+
+
+def test_a_count_counts_the_entity_the_question_counts(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "How many tickets … per service" filled as the count of the services named counts one per
+    service; the count the question's cue names gives the gold. A question that counts the
+    services themselves, or names no counted entity, keeps the model's count."""
+    filled = layer.parse({"measures": ["services.count"], "dimensions": ["services.service_id"],
+                          "filters": [{"field": "services.name", "op": "in", "value": ["Payments API", "Auth Service"]}]})
+    question = "How many tickets were raised against Payments API and Auth Service, per service?"
+    recounted, notes = layer.recount(filled, question)
+    assert recounted.measures == ["tickets.count"] and "counts tickets" in notes[0]
+    gold = _rows(novaops, "SELECT service_id, COUNT(*) FROM tickets WHERE service_id IN ('payments-api', 'auth-service') "
+                          "GROUP BY service_id")
+    assert results_match(gold, _answer(layer, tool, recounted), strict=True)
+    assert not results_match(gold, _answer(layer, tool, filled), strict=True)
+    for kept in ("How many services are Payments API and Auth Service together?",
+                 "Show Payments API and Auth Service, per service."):
+        assert layer.recount(filled, kept) == (filled, []), kept
+
+
 def test_a_role_is_named_by_its_whole_phrase() -> None:
     """ "approved meal expense" does not say "approved by"; "atribuídos ao" says "atribuído a"."""
     from tools.semantic_layer import _says

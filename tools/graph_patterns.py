@@ -287,6 +287,9 @@ class GraphPattern(_Strict):
     ruled_out_by: list[str] = Field(default_factory=list, description=(
         "words (folded, whole) that rule the pattern out whatever the similarity: 'indirectly' asks for "
         "more than the direct reports"))
+    needs_one_of: list[str] = Field(default_factory=list, description=(
+        "words (folded, whole) one of which the question must say, whatever the similarity: a pattern "
+        "about an absence needs a word of absence ('nobody', 'without'), which embeddings barely weigh"))
     cypher: DialectCypher
     details: dict[str, list[str]] = Field(default_factory=dict, description=(
         "returned column -> the words that ask for it: a column that only adds to the answer, shown "
@@ -336,6 +339,11 @@ class GraphPattern(_Strict):
         if set(self.details) & self.ordered_by():
             raise ValueError(f"details: {sorted(set(self.details) & self.ordered_by())} order the answer (the levels "
                              "of a chain): a column the pattern orders by is part of the answer, not a detail")
+        needed = _word_re(self.needs_one_of)
+        missing = [e for e in [*self.examples.pt, *self.examples.en] if needed is not None and not needed.search(fold(e))]
+        if missing:
+            raise ValueError(f"needs_one_of: examples say none of these words, so the pattern could never match "
+                             f"them: {missing}")
         for dialect in ("ladybug", "neo4j"):
             text = getattr(self.cypher, dialect)
             try:
@@ -818,16 +826,17 @@ class PatternEngine:
                 self._indexes[signature] = cached
             return cached
 
-    def rank(self, question: str, gazetteer: Gazetteer | None = None, given: str = "") -> MatchResult:
+    def rank(self, question: str, gazetteer: Gazetteer | None = None, given: str | None = None) -> MatchResult:
         """The margin rule over the patterns, best first (no LLM).
 
         Names are masked on both sides before embedding: measured, an example that happens to
         name the same person as the question outweighs what is asked about them. Patterns that
         have no parameter for a kind of thing the question names are left out: filling them
-        would fail on that stray mention anyway. So are patterns with a slot for a kind of thing
-        that neither the question (not even by a word of a name) nor an earlier source of the turn
-        (`given`) names, when other patterns remain: "the primaries of every team" is not one
-        team's rotation.
+        would fail on that stray mention anyway. Choosing for an answer (`given`: what earlier
+        sources of the turn found, maybe ""), so are patterns with a slot for a kind of thing that
+        neither the question (not even by a word of a name) nor `given` names, when other patterns
+        remain: "the primaries of every team" is not one team's rotation. The planner's questions
+        (`given` None) keep them: whether the graph is near a question is not whether it answers it.
         """
         from tools.registry_index import decide
 
@@ -840,6 +849,9 @@ class PatternEngine:
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
                 and not _ruled_out(self.patterns.pattern(name), question)
                 and not _names_other_answers(self.patterns.pattern(name), nouns)]
+        if given is None:  # not choosing for an answer (the planner asks): every pattern that fits stays
+            return decide(self._ordered(fits, question, mentions), lambda _name: True,
+                          floor=self.patterns.matching.floor, margin=self.patterns.matching.margin, k=k)
         named = {m.source for m in mentions}
         if given.strip():
             named |= {m.source for m in find_mentions(given, gazetteer or {}, _id_params(self.patterns))}
@@ -847,15 +859,19 @@ class PatternEngine:
         served = [(name, score) for name, score in fits
                   if all(p.source in named for p in self.patterns.pattern(name).parameters
                          if isinstance(p, (EntityParam, IdParam)))]
-        fits = served or fits
+        return decide(self._ordered(served or fits, question, mentions), lambda _name: True,
+                      floor=self.patterns.matching.floor, margin=self.patterns.matching.margin, k=k)
+
+    def _ordered(self, fits: list[tuple[str, float]], question: str, mentions: list[Mention]
+                 ) -> list[tuple[str, float]]:
+        """When the question's verb fits a declared word order, it is about that relation, in that
+        direction: patterns whose order misfits, or that declare none, go.
+        """
         order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions, self._modifiers)
                  for name, _ in fits}
         if any(v is True for v in order.values()):
-            # the question's verb fits a declared word order: it is about that relation, in that
-            # direction; patterns whose order misfits, or that declare none, go
-            fits = [(name, score) for name, score in fits if order[name] is True]
-        return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
-                      margin=self.patterns.matching.margin, k=k)
+            return [(name, score) for name, score in fits if order[name] is True]
+        return fits
 
     def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None,
                given: str = "") -> Choice:
@@ -1486,9 +1502,14 @@ def _names_other_answers(pattern: GraphPattern, said: set[str]) -> bool:
 
 
 def _ruled_out(pattern: GraphPattern, question: str) -> bool:
-    """Whether the question says one of the words that rule the pattern out (`ruled_out_by`)."""
+    """Whether the question says one of the words that rule the pattern out (`ruled_out_by`), or
+    none of the words one of which it needs (`needs_one_of`).
+    """
+    folded = fold(question)
     regex = _word_re(pattern.ruled_out_by)
-    return regex is not None and regex.search(fold(question)) is not None
+    needed = _word_re(pattern.needs_one_of)
+    return (regex is not None and regex.search(folded) is not None) or (
+        needed is not None and needed.search(folded) is None)
 
 
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:

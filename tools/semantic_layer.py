@@ -627,8 +627,37 @@ class SemanticLayer:
         repair call, and the repaired query often drops the person altogether.
         """
         bases = {m.split(".", 1)[0] for m in q.measures}
+        if not bases:
+            return self._listed_roles(q, text)
         if len(bases) != 1 or (base := next(iter(bases))) not in self.spec.entities:
             return q, []
+        return self._roles_from(base, q, text)
+
+    def _listed_roles(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
+        """`_reachable_roles` for a list (no measures): a query that already resolves is left as it
+        is; else the rows are those of an entity the filters, then the dimensions, name by its own
+        name, the first from which the rewritten query resolves ("who commanded INC-1": the
+        incident's commander, not the plain employees the model named beside it).
+        """
+        try:
+            self.plan(q)
+            return q, []
+        except SemanticQueryError:
+            pass
+        named = [f.split(".", 1)[0] for f in [*(f for f, _, _ in q.filters), *q.dimensions]]
+        for base in dict.fromkeys(n for n in named if n in self.spec.entities):
+            out, notes = self._roles_from(base, q, text)
+            if not notes:
+                continue
+            try:
+                self.plan(out)
+            except SemanticQueryError:
+                continue
+            return out, notes
+        return q, []
+
+    def _roles_from(self, base: str, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
+        """`_reachable_roles` with the rows of `base`."""
         reach = self._reach(base)
         owned = {j: join for e, paths in reach.items() if len(paths) == 1
                  for j, join in self.spec.entities[e].joins.items()} | dict(self.spec.entities[base].joins)
@@ -656,6 +685,9 @@ class SemanticLayer:
                 # names only another role's words ("quem mais aprovou") means that role
                 defaults = [j for j in options if owned[j].default]
                 pick = named if len(named) == 1 and defaults and named != defaults else []
+                if not defaults and len(reach.get(role, [])) != 1:
+                    # the plain name reaches nothing by itself: the role the question names, or the only one
+                    pick = named if len(named) == 1 else options if len(options) == 1 else []
             else:
                 pick = named if len(named) == 1 else options if len(options) == 1 else []
             if pick:
@@ -1022,6 +1054,38 @@ class SemanticLayer:
             return q, []
         return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
                            list(q.order), q.limit), notes
+
+    def recount(self, q: QueryObject, question: str) -> tuple[QueryObject, list[str]]:
+        """A lone count of one entity, in a question whose count cue names another ("quantos
+        tickets …" filled as the count of services), counts the entity named right after the cue,
+        when that entity's plain count resolves with the query's other fields.
+
+        Why: a small model counts the entity whose values the question names (the services of a
+        list) instead of the one it counts; the query then answers "how many services".
+        """
+        if len(q.measures) != 1 or (found := self._measure(q.measures[0])) is None or found[2].agg != "count":
+            return q, []
+        tokens = re.findall(r"\w+", fold(question))
+        text = " " + " ".join(tokens) + " "
+        after: list[str] = []
+        for cue in folded_cues().aggregations.get("count", []):
+            for m in re.finditer(rf"(?<= ){re.escape(cue)}(?= )", text):
+                after += text[m.end():].split()[:2]
+        counted = {e for e in self.spec.entities if any(_says([w], word) for w in after
+                                                         for word in self._entity_words(e) if " " not in word)}
+        if len(counted) != 1 or (target := counted.pop()) == found[0]:
+            return q, []
+        plain = [n for n, m in self.spec.entities[target].measures.items() if m.agg == "count" and not m.column]
+        if len(plain) != 1:
+            return q, []
+        out = QueryObject(q.expressible, [f"{target}.{plain[0]}"], list(q.dimensions), list(q.segments),
+                          list(q.filters), [(f"{target}.{plain[0]}" if f == q.measures[0] else f, d) for f, d in q.order],
+                          q.limit)
+        try:
+            self.plan(out)
+        except SemanticQueryError:
+            return q, []
+        return out, [f"{q.measures[0]} counts {target} (the question counts {target})"]
 
     def rebase_measures(self, q: QueryObject) -> tuple[QueryObject, list[str]]:
         """A measure over a column of one entity, in a query whose other fields name an entity its
@@ -2934,12 +2998,13 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         except SemanticQueryError as exc:
             run.reason = str(exc)[:400]
             return run
+        q, recounted = layer.recount(q, question)
         q, periods = layer.read_periods(q, question, today)
         q, figured = layer.rebase_figures(q, figures)
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
         q, moved = layer.relink_heard(q, hits, _holds(tool, index.columns))
-        run.settled += [*periods, *figured, *rebased, *settled, *moved]
+        run.settled += [*recounted, *periods, *figured, *rebased, *settled, *moved]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
