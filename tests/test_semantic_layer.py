@@ -478,6 +478,13 @@ def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLaye
     assert layer.relink_heard(own, [*hits, ("services", "name", "Payments API")],
                               _holds(tool, index.columns))[0].filters == own.filters
     assert layer.relink_heard(filled, [], _holds(tool, index.columns))[0].filters == filled.filters
+    # a key column given a person's name is value linking's (it follows the column's join), not moved
+    # to the people's own names, which the tickets reach by two roles
+    keyed = layer.parse({"measures": ["tickets.count"],
+                         "filters": [{"field": "tickets.assignee_id", "op": "=", "value": "Rui Almeida"}]})
+    heard = [(h.table, h.column, h.value) for h in index.match("How many tickets does Rui Almeida have?")]
+    assert ("employees", "full_name", "Rui Almeida") in heard
+    assert layer.relink_heard(keyed, heard, _holds(tool, index.columns)) == (keyed, [])
 
 
 def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:

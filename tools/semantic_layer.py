@@ -2004,7 +2004,9 @@ class SemanticLayer:
         database's value index heard that value in the question (`hits`: table, column, value),
         when one dimension reads that column. Why: a small model files a team's name under the
         projects' names; the stored values say whose name it is. `holds(table, column, value)`:
-        whether the filter's own column stores the value (True when that cannot be read).
+        whether the filter's own column stores the value (True when that cannot be read). A key
+        column is left to value linking (it follows its join), and a move the query's rows cannot
+        reach is not made.
         """
         heard: dict[str, set[tuple[str, str]]] = {}
         for t, c, v in hits:
@@ -2018,6 +2020,9 @@ class SemanticLayer:
                 out.append((name, op, value))
                 continue
             _, entity, member, dim = found
+            if self._joins_on(entity, member):  # a key given a name: value linking follows its join
+                out.append((name, op, value))
+                continue
             own = (self.spec.entities[entity].table_name(entity), dim.column or member)
             columns = [heard.get(fold(str(v)), set()) for v in values]
             common = set.intersection(*columns)
@@ -2029,8 +2034,14 @@ class SemanticLayer:
             target = targets.pop()
             out.append((target, op, value))
             notes.append(f"filter {name} {op} {value!r} moved to {target} (the column that stores that value)")
-        return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), out,
-                           list(q.order), q.limit), notes
+        moved = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), out,
+                            list(q.order), q.limit)
+        if notes:
+            try:
+                self.plan(moved)
+            except SemanticQueryError:  # the column is not reachable from the query's rows: as filled
+                return q, []
+        return moved, notes
 
     def names_values(self, hits: Iterable[tuple[str, str, str]]) -> bool:
         """Whether the value index found a stored value of the model's own columns (`hits`: table,
