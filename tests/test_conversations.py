@@ -123,7 +123,9 @@ def test_real_model_sql_question_and_synthesis(novaops: Path) -> None:
     assert any(fact_in("44", str(v)) for row in sql[0]["rows"] for v in row.values()), sql[0]["rows"]
     assert "synthesize" in r.trace["nodes"] and r.trace["route"] == "answer", r.trace
     assert fact_in("44", r.answer), r.answer
-    assert r.trace["llm_calls"] >= 3  # planner, text-to-SQL, synthesis: all real calls
+    # text-to-SQL and synthesis are real calls, and so is the planner when the vocabulary match is close
+    close = (r.trace.get("plan_match") or {}).get("decision") != "clear"
+    assert r.trace["llm_calls"] >= 2 + close, r.trace
     assert audit_rows(novaops) == 11
 
 
