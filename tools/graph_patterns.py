@@ -1515,7 +1515,8 @@ def _ruled_out(pattern: GraphPattern, question: str) -> bool:
 def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
     """Whether the pattern has a parameter for every kind of thing the question names (a text
     that names two kinds needs one of them), and as many parameters of a kind as the question
-    names things of only that kind: one person's manager cannot take two people.
+    names things of only that kind: one person's manager cannot take two people, and the manager
+    two people share is not asked about one.
     """
     params = Counter(p.source for p in pattern.parameters if isinstance(p, (EntityParam, IdParam)))
     by_surface: dict[str, set[str]] = {}
@@ -1523,7 +1524,8 @@ def _can_take(pattern: GraphPattern, mentions: list[Mention]) -> bool:
         by_surface.setdefault(m.surface, set()).add(m.source)
     named = Counter(next(iter(kinds)) for kinds in by_surface.values() if len(kinds) == 1)
     return all(kinds & set(params) for kinds in by_surface.values()) and all(
-        n <= params[source] for source, n in named.items())
+        n <= params[source] for source, n in named.items()) and all(
+        named[source] == n for source, n in params.items() if n > 1)
 
 
 def _partly_named(question: str, gazetteer: Gazetteer, named: set[str]) -> set[str]:
