@@ -849,29 +849,23 @@ class PatternEngine:
         fits = [(name, score) for name, score in ranked if _can_take(self.patterns.pattern(name), mentions)
                 and not _ruled_out(self.patterns.pattern(name), question)
                 and not _names_other_answers(self.patterns.pattern(name), nouns)]
-        if given is None:  # not choosing for an answer (the planner asks): every pattern that fits stays
-            return decide(self._ordered(fits, question, mentions), lambda _name: True,
-                          floor=self.patterns.matching.floor, margin=self.patterns.matching.margin, k=k)
-        named = {m.source for m in mentions}
-        if given.strip():
-            named |= {m.source for m in find_mentions(given, gazetteer or {}, _id_params(self.patterns))}
-        named |= _partly_named(question, gazetteer or {}, named)
-        served = [(name, score) for name, score in fits
-                  if all(p.source in named for p in self.patterns.pattern(name).parameters
-                         if isinstance(p, (EntityParam, IdParam)))]
-        return decide(self._ordered(served or fits, question, mentions), lambda _name: True,
-                      floor=self.patterns.matching.floor, margin=self.patterns.matching.margin, k=k)
-
-    def _ordered(self, fits: list[tuple[str, float]], question: str, mentions: list[Mention]
-                 ) -> list[tuple[str, float]]:
-        """When the question's verb fits a declared word order, it is about that relation, in that
-        direction: patterns whose order misfits, or that declare none, go.
-        """
+        if given is not None:  # choosing for an answer (the planner's questions keep every fitting pattern)
+            named = {m.source for m in mentions}
+            if given.strip():
+                named |= {m.source for m in find_mentions(given, gazetteer or {}, _id_params(self.patterns))}
+            named |= _partly_named(question, gazetteer or {}, named)
+            served = [(name, score) for name, score in fits
+                      if all(p.source in named for p in self.patterns.pattern(name).parameters
+                             if isinstance(p, (EntityParam, IdParam)))]
+            fits = served or fits
         order = {name: _order_fits(self.patterns.pattern(name).word_order, question, mentions, self._modifiers)
                  for name, _ in fits}
         if any(v is True for v in order.values()):
-            return [(name, score) for name, score in fits if order[name] is True]
-        return fits
+            # the question's verb fits a declared word order: it is about that relation, in that
+            # direction; patterns whose order misfits, or that declare none, go
+            fits = [(name, score) for name, score in fits if order[name] is True]
+        return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
+                      margin=self.patterns.matching.margin, k=k)
 
     def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None,
                given: str = "") -> Choice:
@@ -932,10 +926,10 @@ class PatternEngine:
         mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
         earlier = find_mentions(given, gazetteer, _id_params(self.patterns)) if given.strip() else []
         filled = Filled()
-        rest = f" {fold(question)} "
+        folded = rest = f" {fold(question)} "
         for m in mentions:
             rest = rest.replace(f" {m.surface} ", " ")
-        shared = _shared_sources(pattern, mentions, f" {fold(question)} ")
+        shared = _shared_sources(pattern, mentions, folded)
         for param in pattern.parameters:
             if isinstance(param, (EntityParam, IdParam)) and param.name in shared:
                 filled.values[param.name] = shared[param.name]
@@ -1535,11 +1529,10 @@ def _partly_named(question: str, gazetteer: Gazetteer, named: set[str]) -> set[s
     words = {w for w in re.findall(r"\w+", fold(question)) if len(w) >= 4}
     out: set[str] = set()
     for source, pairs in gazetteer.items():
-        kind = source.removesuffix(TITLE_MARK)
-        if kind in named or kind in out or source.endswith(TITLE_MARK):
+        if source in named or source.endswith(TITLE_MARK):
             continue
         if any(words & set(surface.split()) for surface, _ in pairs if " " in surface):
-            out.add(kind)
+            out.add(source)
     return out
 
 

@@ -1065,12 +1065,9 @@ class SemanticLayer:
         """
         if len(q.measures) != 1 or (found := self._measure(q.measures[0])) is None or found[2].agg != "count":
             return q, []
-        tokens = re.findall(r"\w+", fold(question))
-        text = " " + " ".join(tokens) + " "
-        after: list[str] = []
-        for cue in folded_cues().aggregations.get("count", []):
-            for m in re.finditer(rf"(?<= ){re.escape(cue)}(?= )", text):
-                after += text[m.end():].split()[:2]
+        words = re.findall(r"\w+", fold(question))
+        after = [w for cue in folded_cues().aggregations.get("count", []) for i in phrase_starts(words, cue)
+                 for w in words[i + len(cue.split()):i + len(cue.split()) + 2]]
         counted = {e for e in self.spec.entities if any(_says([w], word) for w in after
                                                          for word in self._entity_words(e) if " " not in word)}
         if len(counted) != 1 or (target := counted.pop()) == found[0]:

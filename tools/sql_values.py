@@ -62,15 +62,13 @@ class ValueIndex:
                     self._entries.append((key, ValueHit(table, column, v)))
         # longest first: 'Plataforma de Dados' wins over 'Plataforma' at the same place
         self._entries.sort(key=lambda e: (-len(e[0]), e[1].table, e[1].column, e[1].value))
+        # the (table, column) pairs whose values are indexed: a value heard elsewhere is not in these
+        self.columns = frozenset((hit.table, hit.column) for _, hit in self._entries)
 
     def __len__(self) -> int:
         """The number of indexed values; `value_index` does not cache an empty index (the database may be down)."""
         return len(self._entries)
 
-    @property
-    def columns(self) -> frozenset[tuple[str, str]]:
-        """The (table, column) pairs whose values are indexed: a value heard elsewhere is not in these."""
-        return frozenset((hit.table, hit.column) for _, hit in self._entries)
 
     def match(self, question: str, tables: Iterable[str] | None = None, limit: int | None = MAX_HITS
               ) -> list[ValueHit]:
