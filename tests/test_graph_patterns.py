@@ -547,7 +547,7 @@ PARAPHRASES = [
     ("team_on_call", "Which services is the Security team's primary on call for this week, and who is it?"),
     ("services_without_on_call", "Que serviços estão sem plantonista nesta semana?"),
     ("services_without_on_call", "Which services does nobody cover on call next week?"),
-    ("common_manager", "Quem é a chefia mais próxima acima tanto da Aline Cunha quanto do Thiago Nascimento?"),
+    ("common_manager", "Quem é a chefia mais próxima acima tanto da Aline Cunha quanto do Rodrigo Sampaio?"),
     ("common_manager", "What's the nearest manager that Catarina Lobo and Rui Almeida have in common?"),
 ]
 OFF_TOPIC = ["What's the capital of France?", "How much budget is left for Q3?",
@@ -742,25 +742,25 @@ def test_two_people_fill_two_parameters_of_one_kind_and_leave_one_person_pattern
     """Two people named: the pattern with two person slots takes them in the order said (no LLM);
     a pattern with one person slot cannot take both, so it is no candidate at all."""
     engine, gazetteer, sql = engine_and_gazetteer
-    question = "Qual o gestor mais próximo que a Aline Cunha e o Thiago Nascimento compartilham?"
+    question = "Qual o gestor mais próximo que a Aline Cunha e o Rodrigo Sampaio compartilham?"
     filled = engine.fill(engine.patterns.pattern("common_manager"), question, today=TODAY, gazetteer=gazetteer,
                          engine=sql)
     keys = {m.surface: m.value for m in find_mentions(question, gazetteer, [])}
     assert filled.problem is None and not filled.pending
-    assert filled.values == {"first": keys["aline cunha"], "second": keys["thiago nascimento"]}
+    assert filled.values == {"first": keys["aline cunha"], "second": keys["rodrigo sampaio"]}
     swapped = engine.fill(engine.patterns.pattern("common_manager"),
-                          "Thiago Nascimento e Aline Cunha: quem é o chefe em comum?", today=TODAY,
+                          "Rodrigo Sampaio e Aline Cunha: quem é o chefe em comum?", today=TODAY,
                           gazetteer=gazetteer, engine=sql)
-    assert swapped.values == {"first": keys["thiago nascimento"], "second": keys["aline cunha"]}
+    assert swapped.values == {"first": keys["rodrigo sampaio"], "second": keys["aline cunha"]}
     ranked = {c.name for c in engine.rank(question, gazetteer).candidates}
     assert ranked and not ranked & {"manager_of", "management_chain", "direct_reports", "reports_under"}
     # one person named: the one-person patterns stay candidates and the two-person one is none (it
     # kept a manager question from being the database's, whose mirrored form answers it)
     one = {c.name for c in engine.rank("Quem é o gestor da Aline Cunha?", gazetteer).candidates}
     assert "manager_of" in one and "common_manager" not in one
-    assert engine.mirrored("Who is Thiago Nascimento's manager?", engine=sql, tool=None)
+    assert engine.mirrored("Who is Rodrigo Sampaio's manager?", engine=sql, tool=None)
     # three named: not even the two-person one
-    three = engine.rank("Qual o chefe em comum de Aline Cunha, Thiago Nascimento e Rui Almeida?", gazetteer)
+    three = engine.rank("Qual o chefe em comum de Aline Cunha, Rodrigo Sampaio e Rui Almeida?", gazetteer)
     assert "common_manager" not in {c.name for c in three.candidates}
 
 
