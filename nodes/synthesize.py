@@ -256,13 +256,52 @@ LIST_ROWS = 12  # a result this short is a list the answer can name in full
 _GROUPED = re.compile(r"\bGROUP\s+BY\b", re.IGNORECASE)
 
 
+def _text_column(rows: list[dict[str, Any]], column: str) -> bool:
+    """Whether every row's `column` is a short text that is not a number (an id, a name)."""
+    return all(isinstance(v, str) and v.strip() and not _NUMBER.fullmatch(v.strip()) and len(v) <= 60
+               for v in (r.get(column) for r in rows))
+
+
+def _label_column(rows: list[dict[str, Any]]) -> str | None:
+    """A result's first text column (ids, names): what a listing answer names."""
+    return next((c for c in rows[0] if _text_column(rows, c)), None)
+
+
 def _labels(rows: list[dict[str, Any]]) -> list[str]:
     """The values of a result's first text column (ids, names): what a listing answer names."""
-    for column in rows[0]:
-        values = [r.get(column) for r in rows]
-        if all(isinstance(v, str) and v.strip() and not _NUMBER.fullmatch(v.strip()) and len(v) <= 60 for v in values):
-            return list(dict.fromkeys(str(v).strip() for v in values))
-    return []
+    column = _label_column(rows)
+    return [] if column is None else list(dict.fromkeys(str(r[column]).strip() for r in rows))
+
+
+def _attribute_column(rows: list[dict[str, Any]], labels: list[str]) -> tuple[str, str] | None:
+    """(label column, attribute column) when the rows have exactly one text column besides the
+    label and one row per label; None otherwise (numbers of an ungrouped result, such as a path's
+    hop counts, say nothing of a row).
+    """
+    label = _label_column(rows)
+    others = [c for c in rows[0] if c != label and _text_column(rows, c)]
+    return None if label is None or len(others) != 1 or len(labels) != len(rows) else (label, others[0])
+
+
+def _with_attribute(rows: list[dict[str, Any]], labels: list[str]) -> list[str] | None:
+    """Each label with its row's one other text ("reporting-portal (Dados)"). Why: "which services
+    are tier 3, and whose is each?" answered for two of three rows; the names alone drop what was
+    asked of each.
+    """
+    pair = _attribute_column(rows, labels)
+    return None if pair is None else [f"{str(r[pair[0]]).strip()} ({str(r[pair[1]]).strip()})" for r in rows]
+
+
+def _attributes_cut(rows: list[dict[str, Any]], labels: list[str], folded: str) -> bool:
+    """Whether the answer names some of the attribute column's distinct values but not all: every
+    service named, and one team given for all of them where the rows hold three.
+    """
+    pair = _attribute_column(rows, labels)
+    if pair is None:
+        return False
+    values = list(dict.fromkeys(str(r[pair[1]]).strip() for r in rows))
+    named = [v for v in values if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
+    return 1 <= len(named) < len(values)
 
 
 def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lang: str,
@@ -308,8 +347,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
         # none named and no count of them stated: the answer did not read the result ("no service
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
-        if (2 if one else 1) <= len(named) < len(labels) or unread:
-            figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
+        if (2 if one else 1) <= len(named) < len(labels) or unread or _attributes_cut(rows, labels, folded):
+            figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
+                _with_attribute(rows, labels)
             items = "; ".join(figures) if figures else ", ".join(labels)
             answer = f"{answer}\n{say('full_list', lang, items=items)}"
             folded = fold(answer)

@@ -376,6 +376,27 @@ def test_a_breakdown_cut_short_gets_each_groups_figure() -> None:
         "Lista completa: Segurança, Produto, SRE.")
 
 
+def test_a_list_of_rows_with_one_attribute_keeps_each_rows_attribute() -> None:
+    """Written for this test: services and the team of each, answered for two of three rows. The
+    full list gives each service with its team; the names alone lose the one left out."""
+    ctx = {"backend": "sql", "query": "SELECT s.service_id, t.name FROM services s JOIN teams t ON 1",
+           "rows": [{"service_id": "svc-a", "name": "Equipe Azul"}, {"service_id": "svc-b", "name": "Equipe Verde"},
+                    {"service_id": "svc-c", "name": "Equipe Azul"}]}
+    out = complete_list("svc-a é da Equipe Azul e svc-b da Equipe Verde.", [ctx], "pt", "De que time é cada serviço?")
+    assert out.endswith("Lista completa: svc-a (Equipe Azul); svc-b (Equipe Verde); svc-c (Equipe Azul).")
+    # every row named, but one team given for all of them: the rows' teams follow
+    wrong = complete_list("svc-a, svc-b e svc-c são da Equipe Azul.", [ctx], "pt", "De que time é cada serviço?")
+    assert wrong.endswith("Lista completa: svc-a (Equipe Azul); svc-b (Equipe Verde); svc-c (Equipe Azul).")
+    right = "svc-a e svc-c são da Equipe Azul; svc-b, da Equipe Verde."
+    assert complete_list(right, [ctx], "pt", "De que time é cada serviço?") == right
+    # two other text columns, or a label repeated over rows, keep the labels alone
+    wide = {**ctx, "rows": [{**r, "city": "Porto"} for r in ctx["rows"]]}
+    assert complete_list("svc-a e svc-b.", [wide], "pt", "Quais serviços?").endswith("Lista completa: svc-a, svc-b, svc-c.")
+    repeated = {**ctx, "rows": [*ctx["rows"], {"service_id": "svc-a", "name": "Equipe Verde"}]}
+    assert complete_list("svc-a e svc-b.", [repeated], "pt", "Quais serviços?").endswith(
+        "Lista completa: svc-a, svc-b, svc-c.")
+
+
 def test_long_passages_never_push_a_result_table_out_of_the_block() -> None:
     """Passages share what the result tables leave: a long section planned first used to cut the
     database's rows off the block, and the model said that nothing matched."""

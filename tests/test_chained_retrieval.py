@@ -67,6 +67,21 @@ def test_each_backend_gets_the_parts_whose_top_source_it_is() -> None:
     assert one.parts(["sql"]) == {}
 
 
+def test_a_part_whose_words_require_a_source_goes_to_it_and_a_close_part_to_another() -> None:
+    """Written for this test: the first part ranks the graph a hair above the database, the second
+    requires the graph by its words ("indirectly"). By rank alone each source got the other's part;
+    the required one takes its part, and the close part goes to the best source left."""
+    whole = _match("w", [("graph", 0.9), ("sql", 0.85)])
+    first = _match("who led INC-1", [("graph", 0.87), ("sql", 0.86)], "close")
+    second = _match("was any tier 1 service hit indirectly in it", [("sql", 0.88), ("graph", 0.87)], "close")
+    second.required = ["graph"]
+    route = ph.Route("close", [], ["graph", "sql"], [whole, first, second], "")
+    assert route.parts(["graph", "sql"]) == {"sql": "who led INC-1", "graph": "was any tier 1 service hit indirectly in it"}
+    # a source that answers only the relation of a part claims nothing: that part is a chain
+    chained = ph.Route("close", [], ["graph", "sql"], [whole, first, second], "", hands_on=["graph"])
+    assert chained.parts(["graph", "sql"]) == {"graph": "who led INC-1", "sql": "was any tier 1 service hit indirectly in it"}
+
+
 @pytest.mark.parametrize(("question", "parts"), [
     # a column of the rows the part before asks for: one thing, not two
     ("Which projects does the Payments team own, and what is the status of each one?", []),

@@ -851,6 +851,11 @@ def test_relative_clauses() -> None:
     assert relative_clauses("Que severidade tem o incidente aberto ontem?", openers) == []  # a question word
     assert relative_clauses("Which of the teams that exist?", openers) == []  # too short to state a relation
     assert relative_clauses("Quais serviços que o time usa", []) == []
+    # a clause put first ends where the sentence's own question starts; an adverbial stays in it
+    assert relative_clauses("Para cada time que cuida do auth-service, quantas despesas houve em março?", openers) \
+        == ["que cuida do auth-service"]
+    assert relative_clauses("Which incidents hit the services that call auth-service, directly or indirectly?",
+                            openers) == ["that call auth-service, directly or indirectly"]
 
 
 def test_counting_query_and_count_nouns() -> None:

@@ -13,7 +13,7 @@ import pytest
 from graph import routers
 from graph.state import State, TurnTrace, add_contexts, add_notices, merge_trace
 from tramita.base.paths import SAMPLE_DIR
-from tramita.base.text import MAX_MESSAGE_CHARS, clean, detect_language, fold, is_question, words
+from tramita.base.text import MAX_MESSAGE_CHARS, clean, detect_language, fold, is_question, opens_question, words
 from tramita.core.lexicon import classify, has_correction_cue, mentions_cancel
 from tramita.core.safety import screen
 
@@ -284,6 +284,16 @@ def test_detect_language_tie_keeps_the_default() -> None:
 ])
 def test_is_question(text: str, question: bool) -> None:
     assert is_question(text) is question
+
+
+@pytest.mark.parametrize(("text", "opens"), [
+    (" quantas despesas houve em março", True), ("and who leads it", True), ("e qual o prazo", True),
+    ("comandou o incidente", False), ("isso vale para todos", False), (" directly or indirectly", False),
+    ("onde", True), ("ondem", False),
+])
+def test_opens_question_needs_a_whole_interrogative(text: str, opens: bool) -> None:
+    """A clause is cut before a question word only when the word is whole: "comandou" is no "como"."""
+    assert opens_question(text) is opens
 
 
 def test_clean_normalises_and_caps() -> None:

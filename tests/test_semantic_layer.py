@@ -451,6 +451,44 @@ def test_settle_drops_a_filter_value_the_question_does_not_say(layer: SemanticLa
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
+def test_a_date_columns_phrase_says_no_value(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "abertos em março de 2026" says when the tickets were created; its "abertos" does not also
+    say status = open, so the model's status filter goes. Without a period after it, "abertos" is
+    the status, and the filter stays."""
+    filled = {"measures": ["tickets.count"],
+              "filters": [{"field": "tickets.service_id", "op": "=", "value": "event-bus"},
+                          {"field": "tickets.status", "op": "=", "value": "open"},
+                          {"field": "tickets.created_at", "op": "=", "value": "2026-03"}]}
+    question = "Quantos tickets do event-bus foram abertos em março de 2026?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert "tickets.status" not in [f for f, _, _ in settled.filters]
+    assert any("tickets.status" in n and "does not say" in n for n in notes)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM tickets WHERE service_id = 'event-bus' "
+                          "AND created_at >= '2026-03-01' AND created_at < '2026-04-01'")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=True)
+    still = layer.settle(layer.parse({"measures": ["tickets.count"], "filters": [
+        {"field": "tickets.status", "op": "=", "value": "open"}]}), "Quantos tickets abertos o event-bus tem?")[0]
+    assert [f for f, _, _ in still.filters] == ["tickets.status"]
+
+
+def test_counts_nobody_asked_for_list_the_rows(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """A list question filled as the counts of two entities (no query compiles that) lists the rows
+    of the entity it names first, with the other's column; a question asking how many keeps them."""
+    filled = {"measures": ["services.count", "teams.count"], "dimensions": ["teams.name"],
+              "filters": [{"field": "services.tier", "op": "=", "value": 1}]}
+    question = "Which services are tier 1, and which team runs each of them?"
+    with pytest.raises(SemanticQueryError):
+        _answer(layer, tool, layer.parse(filled))
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == [] and any("teams.count (counts the question does not ask for)" in n for n in notes)
+    gold = _rows(novaops, "SELECT s.service_id, t.name FROM services s JOIN teams t ON t.team_id = s.owner_team_id "
+                          "WHERE s.tier = 1")
+    assert len(gold) > 1 and results_match(gold, _answer(layer, tool, settled), strict=True)
+    counted = layer.settle(layer.parse(filled), "How many tier 1 services and teams are there?")[0]
+    assert counted.measures == ["services.count", "teams.count"]
+
+
 def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLayer, tool: SQLTool,
                                                               novaops: Path) -> None:
     """A team's name filed under the services' names is refused (a repair call); the value index

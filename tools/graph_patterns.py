@@ -49,7 +49,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import MONTHS, fold, phrase_starts, span_of, tokens
+from tramita.base.text import MONTHS, fold, opens_question, phrase_starts, span_of, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -1287,8 +1287,23 @@ def relative_clauses(question: str, openers: Iterable[str]) -> list[str]:
         words = sentence.split()
         for i, word in enumerate(words[2:], start=2):
             if regex.fullmatch(fold(word)) and len(words) - i >= 3:
-                out.append(" ".join(words[i:]).strip(" ,"))
-    return out
+                out.append(_clause_end(" ".join(words[i:])).strip(" ,"))
+    return [c for c in out if len(c.split()) >= 3]
+
+
+def _clause_end(clause: str) -> str:
+    """`clause` up to a comma that the sentence's own question follows: a relative clause put first
+    ("Para cada serviço que X atingiu, quantos tickets …?") ends there; an adverbial after the comma
+    ("…, directly or indirectly") stays in it.
+
+    Why: the clause is what a later source's question is bounded by; running to the end, it took
+    the question's own ask with it, and the later source was asked about the rows alone.
+    """
+    pieces = clause.split(",")
+    for k in range(1, len(pieces)):
+        if opens_question(pieces[k]):
+            return ",".join(pieces[:k])
+    return clause
 
 
 def _aggregate_words(question: str, vocab: Vocabulary) -> list[str]:

@@ -797,7 +797,7 @@ class SemanticLayer:
         said_segments = self._said_segments(q, segments, filters, text)
         segments += said_segments
         dropped += [f"segment {g} added (the question names it)" for g in said_segments]
-        said = self._said_filters(filters, set(tokens), {fold(h) for h in heard} | self._segment_values(text))
+        said = self._said_filters(filters, self._unspent_words(tokens), {fold(h) for h in heard} | self._segment_values(text))
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
         filters = said
@@ -868,6 +868,10 @@ class SemanticLayer:
             if any(f in self.measure_names for f, _ in order):
                 limit = 1
                 dropped.append("limit 1 (a single 'which/who … most' answer)")
+        single, note = self._one_count(measures, order, tokens, text)
+        if note:
+            measures = single
+            dropped.append(note)
         listed = self._rows_behind(measures, kept, order, tokens, text, q.filters)
         if listed and not self._lists(q, listed):  # the rows must be reachable from one entity, or the count stays
             listed = []
@@ -999,6 +1003,31 @@ class SemanticLayer:
         the SELECT that has them; a note per mend.
         """
         return mend(sql, self.dialect, self.scales, _spaced(question), self.live_columns)
+
+    @cached_property
+    def _time_phrases(self) -> frozenset[tuple[str, ...]]:
+        """The folded synonyms of two or more words of the date columns ("aberto em", "created on")."""
+        return frozenset(tuple(fold(w).split()) for e, ent in self.spec.entities.items()
+                         for name, dim in ent.dimensions.items() if self.kind(e, name) in ("date", "timestamp")
+                         for w in dim.synonyms if len(w.split()) >= 2)
+
+    def _unspent_words(self, tokens: list[str]) -> set[str]:
+        """The words that may say a filter's value: `tokens` without those of a date column's own
+        phrase of two or more words that a time word or a number follows ("abertos em 2026" says
+        when a ticket was created; its "abertos" does not also say status = open).
+
+        Why: the longer phrase is the reading meant (the longest match wins, as in value linking);
+        counted twice, one word filled a filter the user did not ask for.
+        """
+        spent: set[int] = set()
+        for phrase in self._time_phrases:
+            n = len(phrase)
+            for i in range(len(tokens) - n):
+                follows = tokens[i + n]
+                if all(t in (w, w + "s", w + "es") for t, w in zip(tokens[i:i + n], phrase, strict=True)) and (
+                        follows in folded_cues().time or follows.isdigit()):
+                    spent.update(range(i, i + n))
+        return {t for i, t in enumerate(tokens) if i not in spent}
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -1571,10 +1600,7 @@ class SemanticLayer:
         if found is None or found[2].agg != "count" or not found[2].drill_members:
             return []
         entity, _, m = found
-        cues = folded_cues()
-        if (cues.superlatives | cues.breakdown) & set(tokens) or \
-                any(f" {w} " in text for words in cues.aggregations.values() for w in words) or \
-                any(_has(text, w) for w in m.synonyms):  # the count's own words ("headcount") ask for it
+        if _asks_number(tokens, text, m.synonyms):
             return []
         shown = [d for d in kept if GRAIN_SEP not in d]
         if shown:  # the model chose what to show; a count per row of it is 1
@@ -1586,6 +1612,28 @@ class SemanticLayer:
         fixed = {f for f, op, v in filters if op == "=" and not isinstance(v, list)}
         drill = [f"{entity}.{d}" for d in m.drill_members]
         return list(dict.fromkeys([*([d for d in drill if d not in fixed] or drill), *ranged]))
+
+    def _one_count(self, measures: list[str], order: list[tuple[str, str]], tokens: list[str], text: str
+                   ) -> tuple[list[str], str]:
+        """Several counts the question does not ask for ("quais serviços são tier 3, e de que time
+        é cada um?" filled as the count of services and of teams) become the count of the entity it
+        names first, and a note; that lone count then lists its rows (`_rows_behind`). ([], "")
+        when the measures are not all plain counts, or the question asks for a number or a ranking.
+
+        Why: counts of two entities are no query the model can compile, and the question lists.
+        """
+        found = [self._measure(m) for m in measures]
+        counts = [f for f in found if f is not None and f[2].agg == "count" and not f[2].column]
+        if len(measures) < 2 or len(counts) != len(measures) or any(f in self.measure_names for f, _ in order) \
+                or _asks_number(tokens, text, [w for f in counts for w in f[2].synonyms]):
+            return [], ""
+
+        def named_at(measure: str) -> int:
+            at = [i for w in self._entity_words(measure.split(".", 1)[0]) for i in phrase_starts(tokens, w)]
+            return min(at, default=len(tokens))
+
+        first = min(measures, key=named_at)
+        return [first], f"{', '.join(m for m in measures if m != first)} (counts the question does not ask for)"
 
     def _extreme_record(self, measures: list[str], kept: list[str], tokens: list[str]
                         ) -> tuple[list[str], list[tuple[str, str]]] | None:
@@ -2613,6 +2661,16 @@ def _says(words: list[str], phrase: str) -> bool:
 
     return bool(key) and any(all(same(w, k) for w, k in zip(words[i:i + n], key, strict=True))
                              for i in range(len(words) - n + 1))
+
+
+def _asks_number(tokens: list[str], text: str, synonyms: Iterable[str]) -> bool:
+    """Whether the question asks for a number or a ranking: a superlative or breakdown word, an
+    aggregation cue, or a count's own words (`synonyms`: "headcount").
+    """
+    cues = folded_cues()
+    return bool((cues.superlatives | cues.breakdown) & set(tokens)) or \
+        any(f" {w} " in text for words in cues.aggregations.values() for w in words) or \
+        any(_has(text, w) for w in synonyms)
 
 
 def _has(text: str, words: str) -> bool:

@@ -173,3 +173,12 @@ def is_question(text: str) -> bool:
     _, openers, fillers = _signals()
     f = fillers.sub("", fold(text))
     return f.startswith(openers)
+
+
+def opens_question(text: str) -> bool:
+    """Whether `text` starts with an interrogative as a whole word (after fillers): "quantos tickets
+    …", "and who …"; not "comandou …" or "isso …", which only share a prefix with one.
+    """
+    _, openers, fillers = _signals()
+    f = fillers.sub("", fold(text).strip())
+    return any(f == o or f.startswith(f"{o} ") for o in openers)

@@ -406,6 +406,7 @@ class Match:
     close: list[str]
     rule_lead: float | None = None  # rule minus records prototype score (`rule_lead`)
     rule: bool = False  # decided as a rule question: the rules' backend alone
+    required: list[str] = field(default_factory=list)  # backends this part's words require (parts only)
 
     def trace(self) -> dict[str, Any]:
         """The match as the turn trace shows it."""
@@ -486,9 +487,18 @@ class Route:
         service in that week).
         """
         pieces = self.matches[1:]
+        # a source that answers only a part's relation (`hands_on`) claims no part: the part is a
+        # chain, the relation's rows then the aggregate over them
+        claimed = {n for m in pieces for n in m.required if n in chosen and n not in self.hands_on}
         by: dict[str, list[str]] = {}
         for m in pieces:
             top = m.best or (m.ranked[0][0] if m.ranked and m.decision != "none" else None)
+            own = [n for n in m.required if n in claimed]
+            rest = [n for n, _ in m.ranked if n in chosen and n not in claimed]
+            if own:  # "… atingido indiretamente": the source its words require answers it
+                top = own[0]
+            elif m.decision == "close" and rest:  # a close part: not to a source another part requires
+                top = rest[0]
             if top is not None and top in chosen:
                 by.setdefault(top, []).append(m.text)
         return {n: PART_JOINER.join(texts) for n, texts in by.items()} if len(by) > 1 else {}
@@ -672,6 +682,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         ranked = _handed_over(ranked, deferring(text, services) - quiet)
         lead = rule_lead(vector, model) if _may_be_rule(masked) else None
         matches.append(_rule_or_decide(text, ranked, m, lead))
+        if matches[1:]:  # a part of the question (the whole's requirements are `Route.required`)
+            matches[-1].required = required(text, services)
     names = list(index.index.names)
     relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
