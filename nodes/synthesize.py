@@ -300,7 +300,9 @@ def _attributes_cut(rows: list[dict[str, Any]], labels: list[str], folded: str) 
     if pair is None:
         return False
     values = list(dict.fromkeys(str(r[pair[1]]).strip() for r in rows))
-    named = [v for v in values if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
+    # a code is read as words ("client_entertainment" written "Client Entertainment")
+    named = [v for v in values if any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", folded)
+                                      for form in {fold(v), fold(v).replace("_", " ")})]
     return 1 <= len(named) < len(values)
 
 
