@@ -12,6 +12,7 @@ instead: the database and the graph hold many of the same records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -22,7 +23,7 @@ from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, svc, trace, user_text
 from tools.backends import BACKENDS, BackendCall
-from tools.backends.base import Finding
+from tools.backends.base import PART_JOINER, Finding
 from tools.llm import Usage
 from tramita.core.planner_hints import stages
 
@@ -68,6 +69,21 @@ def _failed_query(contexts: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+def reads(question: str, parts: Mapping[str, str], reader: str, source: str) -> bool:
+    """Whether backend `reader` builds on what `source` found: yes, unless both answer parts of the
+    question (`Plan.parts`) and the source's part comes after the reader's.
+
+    Why: a later part points back at an earlier one ("…, and how many tickets does that person
+    have?"), never forward. "Quem comandou o INC-…? E algum serviço … foi atingido nele?" runs the
+    graph's part first (the chain's order); read by the database's part, its services replaced
+    the incident the first part names.
+    """
+    if reader not in parts or source not in parts:
+        return True
+    at = {n: question.find(parts[n].split(PART_JOINER)[0].strip()[:40]) for n in (reader, source)}
+    return at[reader] < 0 or at[source] < 0 or at[source] < at[reader]
+
+
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """One context per planned backend, stage by stage (each stage in parallel); errors become
     gaps, never a crashed turn. When a planned backend that writes its own query fails to query,
@@ -89,8 +105,9 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
     def call_for(name: str, text: str, feeds: bool) -> BackendCall:
         usages[name] = Usage()
+        read = tuple(f for f in given if reads(question, parts, name, f.backend))
         return BackendCall(question=text, today=ctx.today, profile=ctx.llm_backend, services=svc(ctx),
-                           usage=usages[name], top_k=ctx.docs_top_k, whole=question, given=tuple(given), feeds=feeds)
+                           usage=usages[name], top_k=ctx.docs_top_k, whole=question, given=read, feeds=feeds)
 
     def collect(name: str, fut: Any) -> None:
         contexts.append(_result(name, fut, ctx.backend_timeout_seconds))

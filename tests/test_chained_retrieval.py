@@ -167,6 +167,30 @@ def test_a_later_stage_answers_its_own_part_with_what_the_earlier_stage_found(mo
     assert Finding("first", column="impact", values=("primary",)) in late.given  # empty cells say nothing
 
 
+def test_a_part_stated_before_the_earlier_stages_part_does_not_read_its_rows(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    """The chain runs `first` before `second`, but the question asks `second`'s part first: that
+    part names its own record and cannot point at rows asked for after it. Given them, a query
+    took the later part's services for the incident it names."""
+    from nodes.retrieve import reads, retrieve
+
+    first = _Recorder("first", [{"service": "svc-a"}, {"service": "svc-b"}])
+    second = _Recorder("second", [{"name": "Ana"}])
+    monkeypatch.setitem(BACKENDS, "first", first)
+    monkeypatch.setitem(BACKENDS, "second", second)
+    f = ph._file().model_copy(update={"chain": ["first", "second"]})
+    monkeypatch.setattr(ph, "_file", lambda: f)
+    question = "who led INC-9? and was any tier 1 service hit by it indirectly?"
+    parts = {"second": "who led INC-9", "first": "and was any tier 1 service hit by it indirectly"}
+    state: Any = {"messages": [HumanMessage(question)], "plan": {"backends": ["first", "second"], "parts": parts}}
+    retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
+    (late,) = second.calls
+    assert late.question == "who led INC-9" and late.given == ()
+    # the order of the question decides, whichever source runs first; a source with no part reads all
+    assert reads(question, parts, "first", "second") and not reads(question, parts, "second", "first")
+    assert reads(question, {"second": "who led INC-9"}, "second", "first")
+
+
 def test_rows_hand_on_only_their_text_columns_and_a_failed_run_hands_on_nothing() -> None:
     ctx = {"backend": "graph", "rows": [{"name": "Ana", "n": 2, "week": "2026-W19"},
                                         {"name": "Rui", "n": 3, "week": "2026-W19"}]}

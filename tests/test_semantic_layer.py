@@ -489,6 +489,25 @@ def test_counts_nobody_asked_for_list_the_rows(layer: SemanticLayer, tool: SQLTo
     assert counted.measures == ["services.count", "teams.count"]
 
 
+def test_a_key_shown_alone_gets_the_name_of_the_row_it_points_at(layer: SemanticLayer, tool: SQLTool,
+                                                                  novaops: Path) -> None:
+    """ "Quem comandou o INC-…?" filled with the incident's `commander_id` alone answered "E0xx": the
+    commander's name joins it. A key whose entity is named by the key itself (a service's id) is left."""
+    incident = _rows(novaops, "SELECT incident_id FROM incidents ORDER BY incident_id LIMIT 1")[0][0]
+    filled = layer.parse({"dimensions": ["incidents.commander_id"],
+                          "filters": [{"field": "incidents.incident_id", "op": "=", "value": incident}]})
+    settled, notes = layer.settle(filled, f"Quem comandou o {incident}?")
+    assert settled.dimensions == ["incidents.commander_id", "commander.full_name"]
+    assert any("names the rows of the key shown" in n for n in notes)
+    gold = _rows(novaops, "SELECT i.commander_id, e.full_name FROM incidents i JOIN employees e "
+                          f"ON e.employee_id = i.commander_id WHERE i.incident_id = '{incident}'")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, filled), strict=True)
+    service = layer.parse({"dimensions": ["incidents.service_id"],
+                           "filters": [{"field": "incidents.incident_id", "op": "=", "value": incident}]})
+    assert layer.settle(service, f"Qual serviço o {incident} atingiu?")[0].dimensions == ["incidents.service_id"]
+
+
 def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLayer, tool: SQLTool,
                                                               novaops: Path) -> None:
     """A team's name filed under the services' names is refused (a repair call); the value index

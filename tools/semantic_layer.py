@@ -901,6 +901,10 @@ class SemanticLayer:
             if roles and self._lists(q, [*kept, *roles]):
                 kept = [*kept, *roles]
                 dropped += [f"{r} (the question names the role {r.split('.', 1)[0]})" for r in roles]
+            named = self._key_labels(kept)
+            if named and self._lists(q, [*kept, *named]):
+                kept = [*kept, *named]
+                dropped += [f"{n} (names the rows of the key shown)" for n in named]
         if measures and kept and order and limit is None and all(f in measures for f, _ in order) \
                 and not ranking_words(tokens) and not folded_cues().order & set(tokens):
             # the model orders "how many per office" by the count on its own: the question asks for
@@ -1469,6 +1473,29 @@ class SemanticLayer:
                        for f in fields) or any(self._entity_of(f.split(".", 1)[0]) == join.entity for f, _, _ in filters):
                     continue
                 out.append(f"{jname}.{label}")
+        return list(dict.fromkeys(out))
+
+    def _key_labels(self, kept: list[str]) -> list[str]:
+        """The label of the one role a shown key column follows, when that label is not the key
+        itself and no field of the role is shown: "quem comandou o INC-…" filled with the incident's
+        `commander_id` shows the commander's name beside it.
+
+        Why: an id alone ("E047") answers no one; the 1.5B model then repeats the id as the answer.
+        """
+        out: list[str] = []
+        for name in kept:
+            found = self._dimension(name)
+            if found is None or GRAIN_SEP in name:
+                continue
+            joins = self._joins_on(found[1], found[2])
+            if len(joins) != 1:
+                continue
+            role, join = joins[0]
+            label = self._label(join.entity)
+            target_key = self.spec.entities[join.entity].primary_key
+            if label is None or label == target_key or any(k.split(".", 1)[0] == role for k in kept):
+                continue
+            out.append(f"{role}.{label}")
         return list(dict.fromkeys(out))
 
     def referents(self, text: str, hits: Iterable[tuple[str, str, str]]) -> list[str]:
