@@ -332,7 +332,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     list from a complete one. One row named is enough when the question has no superlative
     (`policies/query_cues.yaml`: "the closest …" asks for one row); without the question, two.
     An answer that names no row and does not state how many there are gets the list too: the
-    model misread the rows ("nenhum serviço chama o redis-cache" over the four that do).
+    model misread the rows ("nenhum serviço chama o redis-cache" over the four that do); so does
+    an answer that denies (a negation word) a one-row result and names none of its cells.
     """
     from tools.semantic_layer import folded_cues
 
@@ -340,12 +341,21 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     folded = fold(answer)
     # the last stage first: its rows answer the question (a count per service), the earlier ones
     # are the set it was computed over (the services), whose names its list then already gives
+    denies = bool(folded_cues().negations & set(re.findall(r"\w+", folded)))
     for c in reversed(contexts):
         rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
-        if not 2 <= len(rows) <= LIST_ROWS:
+        if not (2 if not denies else 1) <= len(rows) <= LIST_ROWS:
             continue
         labels = _labels(rows)
         named = [v for v in labels if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
+        if len(rows) == 1:
+            # one row the answer denies ("não há serviços … atingidos" over the one the graph found)
+            # and does not name: that row follows; a one-row lookup the answer reads is left alone
+            cells = [fold(str(v)) for v in rows[0].values() if isinstance(v, str) and v.strip()]
+            if labels and not any(re.search(rf"(?<!\w){re.escape(v)}(?!\w)", folded) for v in cells):
+                answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
+                folded = fold(answer)
+            continue
         # none named and no count of them stated: the answer did not read the result ("no service
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)

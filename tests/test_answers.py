@@ -226,6 +226,20 @@ def test_an_answer_that_names_no_row_gets_the_rows() -> None:
         assert complete_list(other, [DEPS], "pt").endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
 
 
+def test_an_answer_that_denies_the_one_row_found_gets_it() -> None:
+    """Written for this test: the graph found one service and the answer says there is none; the
+    row follows. A one-row lookup the answer reads (by any of its cells), or does not deny, is left."""
+    hit = {"backend": "graph", "rows": [{"service": "svc-q"}]}
+    lookup = {"backend": "sql", "rows": [{"commander_id": "E900", "full_name": "Ana Prado"}]}
+    denied = "Ana Prado comandou o INC-9. Não há serviços tier 1 atingidos nele."
+    assert complete_list(denied, [hit, lookup], "pt", "Quem comandou o INC-9? E algum serviço foi atingido?") \
+        == f"{denied}\nLista completa: svc-q."
+    read = "Ana Prado comandou o INC-9 e não houve outro comandante."
+    assert complete_list(read, [lookup], "pt", "Quem comandou o INC-9?") == read
+    plain = "O INC-9 atingiu um serviço."
+    assert complete_list(plain, [hit], "pt", "Que serviço o INC-9 atingiu?") == plain
+
+
 @pytest.mark.parametrize("answer", [
     "web-frontend depends on api-gateway, auth-service, event-bus and redis-cache.",  # complete already
     "The closest dependency is api-gateway.",  # one named: an answer about one row, not a list
