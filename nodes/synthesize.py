@@ -146,10 +146,14 @@ def _table_as_list(lines: list[str]) -> list[str]:
     return out
 
 
+def _writes(folded: str, value: str) -> bool:
+    """Whether the folded text `folded` writes `value` as a whole word run (folded alike)."""
+    return re.search(rf"(?<!\w){re.escape(fold(value))}(?!\w)", folded) is not None
+
+
 def _in_results(value: str, sources: dict[str, str]) -> bool:
     """Whether `value` is written, as a whole word run, in the material shown under some tag."""
-    pattern = re.compile(rf"(?<!\w){re.escape(fold(value))}(?!\w)")
-    return bool(value) and any(pattern.search(fold(body)) for body in sources.values())
+    return bool(value) and any(_writes(fold(body), value) for body in sources.values())
 
 
 def clean_answer(answer: str, block: str) -> str:
@@ -301,8 +305,7 @@ def _attributes_cut(rows: list[dict[str, Any]], labels: list[str], folded: str) 
         return False
     values = list(dict.fromkeys(str(r[pair[1]]).strip() for r in rows))
     # a code is read as words ("client_entertainment" written "Client Entertainment")
-    named = [v for v in values if any(re.search(rf"(?<!\w){re.escape(form)}(?!\w)", folded)
-                                      for form in {fold(v), fold(v).replace("_", " ")})]
+    named = [v for v in values if _writes(folded, v) or _writes(folded, v.replace("_", " "))]
     return 1 <= len(named) < len(values)
 
 
@@ -344,15 +347,15 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     denies = bool(folded_cues().negations & set(re.findall(r"\w+", folded)))
     for c in reversed(contexts):
         rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
-        if not (2 if not denies else 1) <= len(rows) <= LIST_ROWS:
+        if not (1 if denies else 2) <= len(rows) <= LIST_ROWS:
             continue
         labels = _labels(rows)
-        named = [v for v in labels if re.search(rf"(?<!\w){re.escape(fold(v))}(?!\w)", folded)]
+        named = [v for v in labels if _writes(folded, v)]
         if len(rows) == 1:
             # one row the answer denies ("não há serviços … atingidos" over the one the graph found)
             # and does not name: that row follows; a one-row lookup the answer reads is left alone
-            cells = [fold(str(v)) for v in rows[0].values() if isinstance(v, str) and v.strip()]
-            if labels and not any(re.search(rf"(?<!\w){re.escape(v)}(?!\w)", folded) for v in cells):
+            cells = [v for v in rows[0].values() if isinstance(v, str) and v.strip()]
+            if labels and not any(_writes(folded, v) for v in cells):
                 answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
                 folded = fold(answer)
             continue

@@ -1024,12 +1024,13 @@ class SemanticLayer:
         counted twice, one word filled a filter the user did not ask for.
         """
         spent: set[int] = set()
+        time = folded_cues().time
         for phrase in self._time_phrases:
             n = len(phrase)
             for i in range(len(tokens) - n):
                 follows = tokens[i + n]
                 if all(t in (w, w + "s", w + "es") for t, w in zip(tokens[i:i + n], phrase, strict=True)) and (
-                        follows in folded_cues().time or follows.isdigit()):
+                        follows in time or follows.isdigit()):
                     spent.update(range(i, i + n))
         return {t for i, t in enumerate(tokens) if i not in spent}
 
