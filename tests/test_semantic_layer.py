@@ -489,6 +489,40 @@ def test_counts_nobody_asked_for_list_the_rows(layer: SemanticLayer, tool: SQLTo
     assert counted.measures == ["services.count", "teams.count"]
 
 
+def test_a_top_n_question_ranks_that_many_groups(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "Which five teams …" keeps the team the model grouped by (the number sits between the cue
+    and the entity); without a number before the entity the team stays a column nobody asked for."""
+    filled = layer.parse({"measures": ["tickets.count"], "dimensions": ["teams.name"],
+                          "order": [{"field": "tickets.count", "direction": "desc"}], "limit": 4})
+    settled, _ = layer.settle(filled, "Which four teams have the most open tickets?")
+    assert settled.dimensions == ["teams.name"]
+    gold = _rows(novaops, "SELECT t.name, COUNT(*) FROM tickets k JOIN services s ON s.service_id = k.service_id "
+                          "JOIN teams t ON t.team_id = s.owner_team_id GROUP BY t.name ORDER BY 2 DESC LIMIT 4")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert layer.settle(filled, "How many open tickets are there, at most four?")[0].dimensions == []
+    assert layer.settle(filled, "Os 4 times com mais chamados?")[0].dimensions == ["teams.name"]
+
+
+def test_a_top_n_count_of_the_ranked_entity_counts_what_it_is_ranked_by(layer: SemanticLayer, tool: SQLTool,
+                                                                        novaops: Path) -> None:
+    """ "Os 2 serviços com mais incidentes" filled as the count of services (one per service), with
+    the role's own words as a filter value and the number as a tier: the incidents are counted per
+    service, the role's words name no row, and the number is how many rows to show."""
+    filled = layer.parse({"measures": ["services.count"], "dimensions": ["incidents.opened_at"],
+                          "filters": [{"field": "services.service_id", "op": "=", "value": "serviço principal"},
+                                      {"field": "services.tier", "op": "=", "value": 3}],
+                          "order": [{"field": "services.count", "direction": "desc"}], "limit": 3})
+    question = "Quais os três serviços com mais incidentes como serviço principal?"
+    settled, notes = layer.settle(filled, question)
+    assert settled.measures == ["incidents.count"] and settled.filters == []
+    assert settled.dimensions == ["services.service_id"] and settled.limit == 3
+    assert any("the number of rows asked for" in n for n in notes)
+    gold = _rows(novaops, "SELECT service_id, COUNT(*) FROM incidents GROUP BY service_id ORDER BY 2 DESC LIMIT 3")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    tiered = layer.settle(filled, "Quais os 3 serviços tier 3 com mais incidentes?")[0]
+    assert ("services.tier", "=", 3) in tiered.filters  # the number said twice is also a value
+
+
 def test_a_key_shown_alone_gets_the_name_of_the_row_it_points_at(layer: SemanticLayer, tool: SQLTool,
                                                                   novaops: Path) -> None:
     """ "Quem comandou o INC-…?" filled with the incident's `commander_id` alone answered "E0xx": the

@@ -132,6 +132,8 @@ class QueryCues(BaseModel):
     within_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that ask for the rows inside a document's figure (within, dentro)")
     negations: dict[str, list[str]] = Field(default_factory=dict, description="not, não: before a within word")
+    number_words: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="cardinal numbers in words (three, três) -> their value")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -171,6 +173,7 @@ class FoldedCues:
     beyond: tuple[str, ...] = ()  # "exceed", "acima": folded phrases asking for rows past a figure
     within: tuple[str, ...] = ()  # "within", "dentro": folded phrases asking for rows inside it
     negations: frozenset[str] = frozenset()  # "not", "nao"
+    numbers: dict[str, int] = field(default_factory=dict)  # folded number words -> value
 
 
 @lru_cache(maxsize=4)
@@ -195,7 +198,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.pronouns), words(f.order_words),
                       tuple(" ".join(fold(w).split()) for ws in f.beyond_words.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.within_words.values() for w in ws),
-                      words(f.negations))
+                      words(f.negations),
+                      {fold(w): n for table in f.number_words.values() for w, n in table.items()})
 
 
 class SemanticQueryError(ValueError):
@@ -813,6 +817,9 @@ class SemanticLayer:
             filters = [flt for flt in filters if flt not in days]
         filters, scaled = self._on_scale(filters, text)
         dropped += scaled
+        counted = self._counted_values(filters, q.limit, tokens)
+        dropped += [f"filter {f} {o} {v!r} (the number of rows asked for, not a value)" for f, o, v in counted]
+        filters = [flt for flt in filters if flt not in counted]
         q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters, list(q.order), q.limit)
         fixed = {f for f, op, v in q.filters  # one value in every row (an empty one for is_null)
                  if (op == "=" and not isinstance(v, list)) or (op == "in" and isinstance(v, list) and len(v) == 1)
@@ -868,6 +875,10 @@ class SemanticLayer:
             if any(f in self.measure_names for f, _ in order):
                 limit = 1
                 dropped.append("limit 1 (a single 'which/who … most' answer)")
+        ranked = self._ranked_groups(q, measures, kept, limit, tokens)
+        if ranked is not None:
+            measures, kept, order, notes = ranked
+            dropped += notes
         single, note = self._one_count(measures, order, tokens, text)
         if note:
             measures = single
@@ -1256,9 +1267,15 @@ class SemanticLayer:
             return False
         _, entity, member, dim = found
         key = fold(value).strip()
-        # a key column is also named by the join that follows it ("quem lidera" for lead_id)
+        # a key column is also named by the join that follows it ("quem lidera" for lead_id), and by
+        # the key columns (and joins) that point at it ("serviço principal" for services.service_id)
         joined = [w for role, j in self._joins_on(entity, member) for w in [role, *j.synonyms]]
-        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined]}
+        column = dim.column or member
+        pointing = [w for other in self.spec.entities.values() for role, j in other.joins.items()
+                    if j.entity == entity and (j.target_column or self.spec.entities[entity].primary_key) == column
+                    for d_name, d in other.dimensions.items() if (d.column or d_name) == j.column
+                    for w in [role, *j.synonyms, *d.synonyms]]
+        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined, *pointing]}
         return key not in _declared_words(dim) and any(key in (w, w + "s", w + "es") for w in words)
 
     def _measure(self, name: str) -> tuple[str, Entity, Measure] | None:
@@ -1552,6 +1569,9 @@ class SemanticLayer:
                       for w in j.synonyms]
         if any(_after_cue(tokens, w) for w in [*self._entity_words(prefix), *role_words]):
             return ""
+        if q.limit is not None and q.limit > 1 and any(
+                _counted(tokens, w, q.limit) for w in [*self._entity_words(prefix), *role_words]):
+            return ""  # "os 3 serviços com mais incidentes": that many of the entity's groups, ranked
         if self._said_column(entity, member, _unreferenced(text)):
             # "how many open tickets in total for the services a, b, c" names the column, and asks one figure
             return "one figure over them all" if any(phrase_starts(tokens, w) for w in folded_cues().whole) else ""
@@ -1662,6 +1682,63 @@ class SemanticLayer:
 
         first = min(measures, key=named_at)
         return [first], f"{', '.join(m for m in measures if m != first)} (counts the question does not ask for)"
+
+    def _counted_values(self, filters: list[tuple[str, str, Any]], limit: int | None, tokens: list[str]
+                        ) -> list[tuple[str, str, Any]]:
+        """The `=` filters on a number that the question says only as how many rows it wants
+        ("which three services …" filled with tier = 3 as well as limit 3): the number stands once,
+        right before an entity's word, and the query's limit holds it.
+        """
+        if limit is None or limit < 2:
+            return []
+        numbers = folded_cues().numbers
+        if sum(1 for t in tokens if t == str(limit) or numbers.get(t) == limit) != 1 or not any(
+                _counted(tokens, w, limit) for e in self.spec.entities for w in self._entity_words(e)):
+            return []
+        return [(f, o, v) for f, o, v in filters if o == "=" and _as_number(v) == limit and self._dimension(f)]
+
+    def _ranked_groups(self, q: QueryObject, measures: list[str], kept: list[str], limit: int | None,
+                       tokens: list[str]) -> tuple[list[str], list[str], list[tuple[str, str]], list[str]] | None:
+        """(measures, dimensions, order, notes) of a "top N" question ("os 3 serviços com mais
+        incidentes", "which five teams have the most open tickets"): the entity named right after
+        the number the query's limit holds is shown by its label (an undated breakdown: a date
+        column would split each group into its rows), and a count of that entity itself, one per
+        group, becomes the count of the entity the question ranks by (named after a superlative),
+        ordered by it. None when the question is no such ranking or nothing changes.
+        """
+        if limit is None or limit < 2 or len(measures) != 1:
+            return None
+        grouped = next((e for e in self.spec.entities
+                        if any(_counted(tokens, w, limit) for w in self._entity_words(e))), None)
+        label = None if grouped is None else self._label(grouped)
+        if grouped is None or label is None:
+            return None
+        notes: list[str] = []
+        measure = measures[0]
+        found = self._measure(measure)
+        if found is not None and found[0] == grouped and found[2].agg == "count" and not found[2].column:
+            ranks = folded_cues().superlatives
+            by = next((f"{e}.{name}" for e, ent in self.spec.entities.items() if e != grouped
+                       for name, m in ent.measures.items() if m.agg == "count" and not m.column
+                       if any(_after_cue(tokens, w, ranks, between=self._value_words(e)) for w in self._entity_words(e))),
+                      None)
+            if by is not None:
+                notes.append(f"{measure} (one per {grouped}: the question ranks them by {by})")
+                measure = by
+        shown = [d for d in kept if GRAIN_SEP in d or not self._dated(d)]
+        notes += [f"{d} (a date splits each ranked group into its rows)" for d in kept if d not in shown]
+        if grouped not in self._named_by(shown):
+            shown = [f"{grouped}.{label}", *shown]
+            notes.append(f"{grouped}.{label} (the question asks for {limit} {grouped}, ranked)")
+        if not notes:
+            return None
+        least = bool(folded_cues().least & set(ranking_words(tokens)))
+        out = ([measure], shown, [(measure, "asc" if least else "desc")], notes)
+        try:
+            self.plan(QueryObject(q.expressible, out[0], out[1], list(q.segments), list(q.filters), out[2], limit))
+        except SemanticQueryError:
+            return None
+        return out
 
     def _extreme_record(self, measures: list[str], kept: list[str], tokens: list[str]
                         ) -> tuple[list[str], list[tuple[str, str]]] | None:
@@ -2570,20 +2647,40 @@ def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None
     """Whether `words` (or its plural) follows a grouping cue (or one of `only`), with at most one
     filler (or one word of `between`) between.
     """
-    key = " ".join(fold(words).split())
-    if not key:
-        return False
     cues = folded_cues()
     grouping = cues.grouping if only is None else only
-    size = len(key.split())
-    for i in range(len(tokens)):
-        if " ".join(tokens[i:i + size]) not in (key, key + "s") and not (
-                key.endswith("s") and " ".join(tokens[i:i + size]) == key[:-1]):
-            continue
+    for i in _word_at(tokens, words):
         before = tokens[max(0, i - 2):i]
         if before and before[-1] in grouping:
             return True
         if len(before) == 2 and (before[-1] in cues.fillers or before[-1] in between) and before[0] in grouping:
+            return True
+    return False
+
+
+def _word_at(tokens: list[str], words: str) -> list[int]:
+    """Where `words` (folded; or its plural, or its singular) starts in `tokens`."""
+    key = " ".join(fold(words).split())
+    size = len(key.split())
+    return [i for i in range(len(tokens)) if key and (" ".join(tokens[i:i + size]) in (key, key + "s") or (
+        key.endswith("s") and " ".join(tokens[i:i + size]) == key[:-1]))]
+
+
+def _counted(tokens: list[str], words: str, n: int) -> bool:
+    """Whether `words` stands right after the number `n` (digits or a number word), with at most a
+    superlative between: "os 3 serviços", "which five teams", "os 3 maiores fornecedores".
+    """
+    cues = folded_cues()
+
+    def is_n(tok: str) -> bool:
+        return tok == str(n) or cues.numbers.get(tok) == n
+
+    def ranks(tok: str) -> bool:
+        return tok in cues.superlatives or (tok.endswith("es") and tok[:-2] in cues.superlatives)
+
+    for i in _word_at(tokens, words):
+        before = tokens[max(0, i - 2):i]
+        if (before and is_n(before[-1])) or (len(before) == 2 and ranks(before[-1]) and is_n(before[0])):
             return True
     return False
 
