@@ -165,6 +165,17 @@ def test_a_worker_that_dies_fails_only_its_item(eval_env: Path, monkeypatch: pyt
     assert Checkpoint(out / "items.jsonl").load().done() == {"c-dev-013"}  # a resume retries the crash
 
 
+def test_the_eval_serves_the_sample_api_its_deployment_declares(tmp_path: Path) -> None:
+    """A question the planner sends to the declared sample API is answered as under `make run`,
+    whatever its gold needs; a dataset that declares no such source starts nothing."""
+    from tramita.base.settings import Settings
+    from tramita.lab.evalcli import _serves_sample_api
+
+    assert _serves_sample_api(Settings.embedded(tmp_path / "data"))  # the sample dataset declares it
+    bare = Settings.embedded(tmp_path / "data", dataset_dir=tmp_path / "dataset")
+    assert not _serves_sample_api(bare)
+
+
 def test_bad_input_names_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAMITA_LLM", "scripted")  # the CLI's global flags write the environment
     bad = tmp_path / "c.jsonl"

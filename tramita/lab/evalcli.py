@@ -118,8 +118,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         try:
             with contextlib.ExitStack() as stack:
-                if any("api" in (i.get("needs") or []) for i in todo):
-                    # the sample API the `api` items read, on 127.0.0.1 for this run only
+                if todo and (any("api" in (i.get("needs") or []) for i in todo) or _serves_sample_api(settings)):
+                    # the sample API, on 127.0.0.1 for this run only: the `api` items read it, and a
+                    # deployment that declares it has it up (`make run` starts it), so a question
+                    # the planner sends there is answered as in use, whatever its gold needs
                     from tools.sample_api import start_sample_api
 
                     stack.enter_context(start_sample_api(dataset_dir=settings.dataset_dir))
@@ -155,6 +157,17 @@ def _label(kind: str, ckpt: Checkpoint, items: list[dict[str, Any]]) -> str:
     recs = [ckpt.records[i["id"]] for i in items if i["id"] in ckpt.records]
     ok = sum(1 for r in recs if r["ok"])
     return f"{kind} [green]✓{ok}[/] [red]✗{len(recs) - ok}[/]"
+
+
+def _serves_sample_api(settings: Any) -> bool:
+    """Whether the dataset declares an API source that the sample API serves (its URL variable)."""
+    from tools.api_source import load_sources
+    from tools.sample_api import BASE_URL_ENV
+
+    try:
+        return any(s.spec.base_url_env == BASE_URL_ENV for s in load_sources(settings.dataset_dir))
+    except Exception:  # noqa: BLE001 - a bad source file is the api backend's to report, not the eval's
+        return False
 
 
 def _finish(kind: Kind, file: Path, profile: str, out: Path, items: list[dict[str, Any]], ckpt: Checkpoint,
