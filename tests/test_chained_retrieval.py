@@ -113,6 +113,20 @@ def test_an_elliptic_part_continues_the_part_before(question: str, parts: list[s
     assert question_parts(question, stop=_stopwords()) == parts
 
 
+@pytest.mark.parametrize(("question", "parts"), [
+    # a partitive clause put first names a set; the question after its comma asks about it
+    ("Dos serviços que o ledger-service chama, quais tiveram incidente SEV2?",
+     ["Dos serviços que o ledger-service chama", "quais tiveram incidente SEV2"]),
+    ("Of the people under Camila Rocha, who approved the most expenses?",
+     ["Of the people under Camila Rocha", "who approved the most expenses"]),
+    # no partitive word first, or no question after the comma: one thing
+    ("Para cada serviço billing-engine, notification-service, quantos tickets foram abertos?", []),
+    ("Dos serviços tier 1, billing-engine é o mais antigo?", []),
+])
+def test_a_fronted_set_is_a_part_of_its_own(question: str, parts: list[str]) -> None:
+    assert question_parts(question) == parts
+
+
 def test_without_function_words_an_elliptic_part_stays_apart() -> None:
     # the document search calls it without them: each piece is one more passage query
     assert question_parts("Which ticket has stayed open the longest, and for how many days?") == [

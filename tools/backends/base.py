@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from tools.llm import Usage
 from tools.services import Services
 from tramita.base.prompts import render
-from tramita.base.text import tokens
+from tramita.base.text import fronted_set, tokens
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,11 @@ def question_parts(question: str, *, stop: frozenset[str] | None = None) -> list
 
     rows = folded_cues().row_references
     found: list[str] = []
-    for piece in (p.strip() for p in _PARTS.split(question) if p and len(p.split()) >= 3):
+    pieces: list[str] = []
+    for p in (p.strip() for p in _PARTS.split(question) if p):
+        fronted = fronted_set(p)  # "Dos serviços que X chama, quais …": the set, then the question
+        pieces += [p] if fronted is None else list(fronted)
+    for piece in (p for p in pieces if len(p.split()) >= 3):
         said = tokens(piece)
         words = " " + " ".join(said) + " "
         elliptic = stop is not None and sum(1 for t in said if t not in stop) <= 1

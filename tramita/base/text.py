@@ -96,6 +96,8 @@ class LanguageSignals(BaseModel):
     question_openers: list[str]
     leading_fillers: list[str]
     orthography: dict[str, list[str]] = {}
+    partitive_openers: list[str] = Field(default_factory=list, description="words that open a clause naming a set, "
+                                         "put before the question about it (\"dos\", \"of the\")")
     names: dict[str, str] = Field(default_factory=dict, description="language code -> its name in English, for "
                                   "prompts that name a language (a question translated for the documents)")
 
@@ -173,6 +175,22 @@ def is_question(text: str) -> bool:
     _, openers, fillers = _signals()
     f = fillers.sub("", fold(text))
     return f.startswith(openers)
+
+
+def fronted_set(sentence: str) -> tuple[str, str] | None:
+    """(clause, question) of a sentence that puts a partitive clause before its question: "Dos
+    serviços que X chama diretamente, quais tiveram incidente?" → ("Dos serviços que X chama
+    diretamente", "quais tiveram incidente?"); None when it does not open with a partitive word
+    (`partitive_openers`) or no comma is followed by a question word.
+    """
+    start = fold(sentence).strip()
+    if not any(start.startswith(f"{fold(w)} ") for w in _language_file().partitive_openers):
+        return None
+    pieces = sentence.split(",")
+    for k in range(1, len(pieces)):
+        if opens_question(pieces[k]):
+            return ",".join(pieces[:k]).strip(), ",".join(pieces[k:]).strip()
+    return None
 
 
 def opens_question(text: str) -> bool:
