@@ -24,6 +24,7 @@ from tools.semantic_layer import (
     check_model,
     layer_for,
     period_bounds,
+    question_durations,
     question_periods,
     stored_values,
     trie_pattern,
@@ -1117,6 +1118,44 @@ def test_periods() -> None:
     found = dict((p, w) for w, p in question_periods(
         "gastos de setembro de 2025 e do segundo trimestre de 2026, last month, 2º semestre de 2024", "2026-05-15"))
     assert {"2025-09", "2026-Q2", "2026-04", "2024-H2"} <= set(found)
+
+
+@pytest.mark.parametrize(("question", "op", "day"), [
+    ("Quantos chamados entraram nas últimas três semanas?", ">=", "2026-04-24"),
+    ("Which expenses were filed in the past 2 months?", ">=", "2026-03-15"),
+    ("Incidents from more than one year ago", "<", "2025-05-15"),
+    ("Quais tickets estão parados há mais de 45 dias?", "<", "2026-03-31"),
+    ("Which tickets have stayed open for over 10 days?", "<", "2026-05-05"),
+])
+def test_a_span_counted_back_from_today_is_a_day(question: str, op: str, day: str) -> None:
+    assert [(o, d) for _, o, d in question_durations(question, "2026-05-15")] == [(op, day)]
+
+
+@pytest.mark.parametrize("question", [
+    "Quais incidentes demoraram mais de 3 dias para resolver?",  # a duration of the row, not a bound
+    "Quantos tickets foram abertos em 30 de abril?",
+    "What did the last 2 incidents have in common?",  # no unit: a count of rows
+])
+def test_a_duration_of_the_rows_is_no_span(question: str) -> None:
+    assert question_durations(question, "2026-05-15") == []
+
+
+def test_a_span_bounds_the_date_column_the_model_wrote(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "nos últimos 20 dias" written as "2026-05-15-20" and a per-day breakdown: the date column is
+    bounded by the computed day, and "dias" asks for no breakdown; with no date filter at all, the
+    counted entity's own date takes the bound."""
+    filled = layer.parse({"measures": ["incidents.count"], "dimensions": ["incidents.opened_at__day"],
+                          "filters": [{"field": "incidents.opened_at", "op": ">", "value": "2026-05-15-20"}]})
+    question = "Quantos incidentes tivemos nos últimos 60 dias?"
+    with pytest.raises(SemanticQueryError):
+        _answer(layer, tool, filled)
+    read, notes = layer.read_durations(filled, question, "2026-05-15")
+    assert read.filters == [("incidents.opened_at", ">=", "2026-03-16")] and read.dimensions == [] and len(notes) == 2
+    gold = _rows(novaops, "SELECT COUNT(*) FROM incidents WHERE opened_at >= '2026-03-16'")
+    assert gold[0][0] > 0 and results_match(gold, _answer(layer, tool, read), strict=True)
+    bare = layer.parse({"measures": ["incidents.count"]})
+    assert layer.read_durations(bare, question, "2026-05-15")[0].filters == [("incidents.opened_at", ">=", "2026-03-16")]
+    assert layer.read_durations(bare, "Quantos incidentes tivemos em 2026?", "2026-05-15") == (bare, [])
 
 
 def test_hints_name_stored_values_synonyms_and_periods(layer: SemanticLayer, tool: SQLTool) -> None:

@@ -34,7 +34,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from tools.semantic_model import (
     GRAINS,
@@ -88,6 +88,24 @@ _SCALAR_OPS = ("=", "!=", ">", ">=", "<", "<=")
 QUERY_CUES_FILE = POLICIES_DIR / "query_cues.yaml"
 
 
+class Durations(BaseModel):
+    """`durations:` of policies/query_cues.yaml: phrases of a span counted back from today."""
+
+    model_config = ConfigDict(extra="forbid")
+    since: list[str] = Field(default_factory=list, description="'{n} {unit}' phrases bounding rows from that day on")
+    before: list[str] = Field(default_factory=list, description="'{n} {unit}' phrases asking for rows older than it")
+    units: dict[Literal["day", "week", "month", "year"], list[str]] = Field(
+        default_factory=dict, description="unit -> its words")
+
+    @field_validator("since", "before")
+    @classmethod
+    def _slots(cls, phrases: list[str]) -> list[str]:
+        bad = [p for p in phrases if "{n}" not in p or "{unit}" not in p]
+        if bad:
+            raise ValueError(f"each phrase needs {{n}} and {{unit}}: {bad}")
+        return phrases
+
+
 class QueryCues(BaseModel):
     """`policies/query_cues.yaml`: the words that ask for a breakdown, per language."""
 
@@ -134,6 +152,8 @@ class QueryCues(BaseModel):
     negations: dict[str, list[str]] = Field(default_factory=dict, description="not, não: before a within word")
     number_words: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="cardinal numbers in words (three, três) -> their value")
+    durations: Durations = Field(default_factory=lambda: Durations(),
+                                 description="spans of time counted back from today, and their units")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -340,6 +360,45 @@ def question_periods(question: str, today: str) -> list[tuple[str, str]]:
         if found:
             out.append((found.group(0), period))
     return out
+
+
+def question_durations(question: str, today: str, path: Path = QUERY_CUES_FILE) -> list[tuple[str, str, str]]:
+    """(words, op, day) for each span counted back from `today` the question names: "nos últimos
+    30 dias" → (…, ">=", today - 30 days); "more than two weeks ago" → (…, "<", today - 14 days).
+    """
+    try:
+        day = dt.date.fromisoformat(today)
+    except ValueError:
+        return []
+    cues = query_cue_file(path)
+    spans = cues.durations
+    numbers = {fold(w): n for table in cues.number_words.values() for w, n in table.items()}
+    units = {fold(w): unit for unit, ws in spans.units.items() for w in ws}
+    if not units:
+        return []
+    n_re = "|".join([r"\d{1,4}", *map(re.escape, sorted(numbers, key=len, reverse=True))])
+    unit_re = "|".join(map(re.escape, sorted(units, key=len, reverse=True)))
+    text = " ".join(fold(question).split())
+    out: list[tuple[str, str, str]] = []
+    for op, phrases in ((">=", spans.since), ("<", spans.before)):
+        for phrase in phrases:
+            words = [f"({n_re})" if w == "{n}" else f"({unit_re})" if w == "{unit}" else re.escape(fold(w))
+                     for w in phrase.split()]
+            pattern = r"\b" + r"\s+".join(words) + r"\b"
+            for m in re.finditer(pattern, text):
+                count = int(m.group(1)) if m.group(1).isdigit() else numbers[m.group(1)]
+                out.append((m.group(0), op, _back(day, count, units[m.group(2)]).isoformat()))
+    return list(dict.fromkeys(out))
+
+
+def _back(day: dt.date, n: int, unit: str) -> dt.date:
+    """`day` minus `n` units (a month back from the 31st is the month's last day)."""
+    if unit in ("day", "week"):
+        return day - dt.timedelta(days=n * (7 if unit == "week" else 1))
+    months = day.year * 12 + day.month - 1 - n * (12 if unit == "year" else 1)
+    year, month = divmod(months, 12)
+    last = (dt.date(year + (month + 1) // 12, (month + 1) % 12 + 1, 1) - dt.timedelta(days=1)).day
+    return dt.date(year, month + 1, min(day.day, last))
 
 
 # ------------------------------------------------------------------------------------ layer
@@ -1099,6 +1158,36 @@ class SemanticLayer:
             return q, []
         return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
                            list(q.order), q.limit), notes
+
+    def read_durations(self, q: QueryObject, question: str, today: str) -> tuple[QueryObject, list[str]]:
+        """A span counted back from today that the question names ("nos últimos 30 dias", "more
+        than two weeks ago") as the bound of the date column: the one the model's filters use, else
+        the period dimension of the entity the query is about; and a time grain whose words stand
+        only in that span ("dias") is no breakdown. Why: the small model writes "2026-05-15-30"
+        or today's date, and reads "30 dias" as one row per day.
+        """
+        found = question_durations(question, today)
+        if len(found) != 1:
+            return q, []
+        words, op, day = found[0]
+        dated = [f for f, _, _ in q.filters if self._dated(f)]
+        column = dated[0] if dated else None
+        if column is None:
+            owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
+                (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
+            when = self.spec.entities[owner].period_dimension() if owner is not None else None
+            column = f"{owner}.{when}" if when is not None else None
+        if column is None:
+            return q, []
+        filters = [(f, o, v) for f, o, v in q.filters if f != column] + [(column, op, day)]
+        notes = [f"filter {column} {op} {day!r} ('{words}', counted back from {today})"]
+        rest = " " + " ".join(fold(question).replace(words, " ").split()) + " "
+        grains = [d for d in q.dimensions if GRAIN_SEP in d
+                  and not any(_has(rest, w) for w in grain_words().get(d.partition(GRAIN_SEP)[2], []))]
+        notes += [f"{g} (its word is the span's unit, not a breakdown)" for g in grains]
+        dims = [d for d in q.dimensions if d not in grains]
+        order = [(f, d) for f, d in q.order if f not in grains]
+        return QueryObject(q.expressible, list(q.measures), dims, list(q.segments), filters, order, q.limit), notes
 
     def recount(self, q: QueryObject, question: str) -> tuple[QueryObject, list[str]]:
         """A lone count of one entity, in a question whose count cue names another ("quantos
@@ -3191,6 +3280,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
             return run
         q, recounted = layer.recount(q, question)
         q, periods = layer.read_periods(q, question, today)
+        q, spans = layer.read_durations(q, question, today)
+        periods += spans
         q, figured = layer.rebase_figures(q, figures)
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
