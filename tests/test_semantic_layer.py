@@ -524,6 +524,19 @@ def test_a_top_n_count_of_the_ranked_entity_counts_what_it_is_ranked_by(layer: S
     assert ("services.tier", "=", 3) in tiered.filters  # the number said twice is also a value
 
 
+def test_a_top_n_count_of_rows_by_themselves_lists_those_rows(layer: SemanticLayer, tool: SQLTool,
+                                                               novaops: Path) -> None:
+    """ "Os 4 incidentes mais recentes" filled as a count per incident (1 each): that many rows, in
+    the model's order, and no count column."""
+    filled = layer.parse({"measures": ["incidents.count"], "dimensions": ["incidents.incident_id"],
+                          "order": [{"field": "incidents.opened_at", "direction": "desc"}], "limit": 4})
+    settled, notes = layer.settle(filled, "Quais são os 4 incidentes mais recentes?")
+    assert settled.measures == [] and settled.dimensions == ["incidents.incident_id"] and settled.limit == 4
+    assert any("lists 4 of them" in n for n in notes)
+    gold = _rows(novaops, "SELECT incident_id, opened_at FROM incidents ORDER BY opened_at DESC LIMIT 4")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+
+
 def test_a_key_shown_alone_gets_the_name_of_the_row_it_points_at(layer: SemanticLayer, tool: SQLTool,
                                                                   novaops: Path) -> None:
     """ "Quem comandou o INC-…?" filled with the incident's `commander_id` alone answered "E0xx": the

@@ -1793,7 +1793,8 @@ class SemanticLayer:
         the number the query's limit holds is shown by its label (an undated breakdown: a date
         column would split each group into its rows), and a count of that entity itself, one per
         group, becomes the count of the entity the question ranks by (named after a superlative),
-        ordered by it. None when the question is no such ranking or nothing changes.
+        ordered by it, or, with no such entity, goes: the question lists that many rows ("the 5 most
+        recent incidents"). None when the question is no such ranking or nothing changes.
         """
         if limit is None or limit < 2 or len(measures) != 1:
             return None
@@ -1814,6 +1815,9 @@ class SemanticLayer:
             if by is not None:
                 notes.append(f"{measure} (one per {grouped}: the question ranks them by {by})")
                 measure = by
+            else:  # "the 5 most recent incidents": that many rows, in the model's order
+                notes.append(f"{measure} (one per {grouped}: the question lists {limit} of them)")
+                measure = ""
         shown = [d for d in kept if GRAIN_SEP in d or not self._dated(d)]
         notes += [f"{d} (a date splits each ranked group into its rows)" for d in kept if d not in shown]
         if grouped not in self._named_by(shown):
@@ -1822,7 +1826,9 @@ class SemanticLayer:
         if not notes:
             return None
         least = bool(folded_cues().least & set(ranking_words(tokens)))
-        out = ([measure], shown, [(measure, "asc" if least else "desc")], notes)
+        order = [(measure, "asc" if least else "desc")] if measure else [
+            (f, d) for f, d in q.order if f != measures[0] and f not in self.measure_names]
+        out = ([measure] if measure else [], shown, order, notes)
         try:
             self.plan(QueryObject(q.expressible, out[0], out[1], list(q.segments), list(q.filters), out[2], limit))
         except SemanticQueryError:
@@ -2757,7 +2763,8 @@ def _word_at(tokens: list[str], words: str) -> list[int]:
 
 def _counted(tokens: list[str], words: str, n: int) -> bool:
     """Whether `words` stands right after the number `n` (digits or a number word), with at most a
-    superlative between: "os 3 serviços", "which five teams", "os 3 maiores fornecedores".
+    superlative (and the word it grades) between: "os 3 serviços", "which five teams", "os 3 maiores
+    fornecedores", "the 5 most recent incidents".
     """
     cues = folded_cues()
 
@@ -2768,8 +2775,9 @@ def _counted(tokens: list[str], words: str, n: int) -> bool:
         return tok in cues.superlatives or (tok.endswith("es") and tok[:-2] in cues.superlatives)
 
     for i in _word_at(tokens, words):
-        before = tokens[max(0, i - 2):i]
-        if (before and is_n(before[-1])) or (len(before) == 2 and ranks(before[-1]) and is_n(before[0])):
+        before = tokens[max(0, i - 3):i]
+        if (before and is_n(before[-1])) or (len(before) >= 2 and ranks(before[-1]) and is_n(before[-2])) or (
+                len(before) == 3 and ranks(before[1]) and is_n(before[0])):  # "the 5 most recent incidents"
             return True
     return False
 
