@@ -1169,6 +1169,11 @@ def test_a_span_bounds_the_date_column_the_model_wrote(layer: SemanticLayer, too
     bare = layer.parse({"measures": ["incidents.count"]})
     assert layer.read_durations(bare, question, "2026-05-15")[0].filters == [("incidents.opened_at", ">=", "2026-03-16")]
     assert layer.read_durations(bare, "Quantos incidentes tivemos em 2026?", "2026-05-15") == (bare, [])
+    # the date column the question names wins over the one the model filtered
+    claims = layer.parse({"dimensions": ["expenses.expense_id"],
+                          "filters": [{"field": "expenses.expense_date", "op": "<", "value": "2026-05-15"}]})
+    sent = layer.read_durations(claims, "Quais despesas foram submetidas há mais de 10 dias?", "2026-05-15")[0]
+    assert sent.filters == [("expenses.submitted_at", "<", "2026-05-05")]
 
 
 def test_hints_name_stored_values_synonyms_and_periods(layer: SemanticLayer, tool: SQLTool) -> None:

@@ -1161,8 +1161,9 @@ class SemanticLayer:
 
     def read_durations(self, q: QueryObject, question: str, today: str) -> tuple[QueryObject, list[str]]:
         """A span counted back from today that the question names ("nos últimos 30 dias", "more
-        than two weeks ago") as the bound of the date column: the one the model's filters use, else
-        the period dimension of the entity the query is about; and a time grain whose words stand
+        than two weeks ago") as the bound of the date column: the one of that entity the question
+        names by its words, else the one the model's filters use, else the period dimension of the
+        entity the query is about; and a time grain whose words stand
         only in that span ("dias") is no breakdown. Why: the small model writes "2026-05-15-30"
         or today's date, and reads "30 dias" as one row per day.
         """
@@ -1172,16 +1173,21 @@ class SemanticLayer:
         words, op, day = found[0]
         dated = [f for f, _, _ in q.filters if self._dated(f)]
         column = dated[0] if dated else None
-        if column is None:
-            owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
-                (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
-            when = self.spec.entities[owner].period_dimension() if owner is not None else None
+        owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
+            (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
+        if column is None and owner is not None:
+            when = self.spec.entities[owner].period_dimension()
             column = f"{owner}.{when}" if when is not None else None
         if column is None:
             return q, []
-        filters = [(f, o, v) for f, o, v in q.filters if f != column] + [(column, op, day)]
+        rest = " " + " ".join(fold(question).replace(words, " ").split()) + " "  # the question less the span
+        at = self._dimension(column)
+        if at is not None:  # a date column of that entity the question names by its words ("enviadas há …")
+            named = [f"{at[0]}.{m}" for m, d in self.spec.entities[at[1]].dimensions.items()
+                     if d.time_grains and self._said_column(at[1], m, rest)]
+            column = named[0] if len(named) == 1 else column
+        filters = [(f, o, v) for f, o, v in q.filters if f not in (column, *dated[:1])] + [(column, op, day)]
         notes = [f"filter {column} {op} {day!r} ('{words}', counted back from {today})"]
-        rest = " " + " ".join(fold(question).replace(words, " ").split()) + " "
         grains = [d for d in q.dimensions if GRAIN_SEP in d
                   and not any(_has(rest, w) for w in grain_words().get(d.partition(GRAIN_SEP)[2], []))]
         notes += [f"{g} (its word is the span's unit, not a breakdown)" for g in grains]
