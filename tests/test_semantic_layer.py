@@ -1276,6 +1276,12 @@ def test_the_same_queries_compile_for_postgresql(pg_database: str) -> None:
                                        "filters": [{"field": "tickets.created_at", "op": "=", "value": "2026-W11"}]}))
     rows = tool.query(weeks.sql)
     assert len(rows) == 1 and str(rows[0]["tickets.created_at"]).startswith("2026-03-09")
+    # the fallback's date part as PostgreSQL reads it (it has no YEAR() either)
+    wrote = "SELECT COUNT(*) AS n FROM incidents WHERE YEAR(opened_at) = 2025"
+    mended, notes = mend(wrote, "postgres", {}, " ")
+    assert "EXTRACT(YEAR FROM opened_at)" in mended and notes
+    gold = tool.query("SELECT COUNT(*) AS n FROM incidents WHERE opened_at >= '2025-01-01' AND opened_at < '2026-01-01'")
+    assert tool.query(mended) == gold and gold[0]["n"] > 0
 
 
 # ---------------------------------------------------------------------------- the real local model
@@ -1681,6 +1687,21 @@ def test_a_subquery_is_mended_in_its_own_scope() -> None:
     mended, notes = mend(wrote, "sqlite", {("tk", "priority"): URGENCY}, " more urgent than p3 ")
     assert "tk.priority IN ('P1', 'P2', 'P3')" not in mended and "IN ('P1', 'P2')" in mended
     assert "grade > 'P3'" in mended and len(notes) == 1  # svc.grade has no scale
+
+
+def test_a_mysql_date_part_is_read_as_sqlite_reads_it(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "The services with the most incidents in 2025" written with YEAR(), which SQLite lacks:
+    mended to strftime, it gives the gold rows; a query with no date part is left as written."""
+    wrote = ("SELECT i.service_id, COUNT(*) AS n FROM incidents i WHERE YEAR(i.opened_at) = 2025 AND "
+             "MONTH(i.opened_at) <= 6 GROUP BY i.service_id ORDER BY n DESC, i.service_id")
+    gold = _rows(novaops, "SELECT service_id, COUNT(*) AS n FROM incidents WHERE opened_at >= '2025-01-01' AND "
+                          "opened_at < '2025-07-01' GROUP BY service_id ORDER BY n DESC, service_id")
+    with pytest.raises(SQLExecutionError, match="no such function"):
+        tool.query(wrote)
+    mended, notes = layer.mend_sql(wrote, "Which services had incidents in the first half of 2025?")
+    assert gold and results_match(gold, _ours(tool, mended), ordered=True) and len(notes) == 2
+    plain = "SELECT service_id FROM incidents WHERE opened_at >= '2025-01-01'"
+    assert layer.mend_sql(plain, "Which services had incidents since 2025?") == (plain, [])
 
 
 def test_a_column_under_the_wrong_alias_moves_to_the_one_table_that_has_it(layer: SemanticLayer, tool: SQLTool,

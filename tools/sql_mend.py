@@ -14,6 +14,10 @@ the slip): a column qualified by the wrong alias (`T2.status` where `T2` is empl
 status is the request's). When the live schema puts that column in exactly one other table of the
 same SELECT, the qualifier is that table's alias.
 
+A fourth fails with "no such function": a date part written as MySQL writes it (`YEAR(opened_at)
+= 2025`). SQLite has `strftime`, so the part becomes the integer it reads; PostgreSQL's rendering of
+the part is `EXTRACT`.
+
 The rules are sound on their own terms (the second changes only a query that cannot return a row,
 the third only a query that cannot run); the scales and columns come from the semantic model and
 the live schema, so no domain word is here.
@@ -83,7 +87,29 @@ def mend(sql: str, dialect: str, scales: Mapping[tuple[str, str], Scale], text: 
         notes += _requalified(select, tables, columns or {})
         notes += _left_anti_joins(select)
         notes += _on_scales(select, tables, scales, text)
+    notes += _date_parts(tree, dialect)
     return (tree.sql(dialect=dialect), notes) if notes else (sql, [])
+
+
+_PARTS: dict[type[exp.Expr], str] = {exp.Year: "%Y", exp.Month: "%m", exp.Day: "%d"}
+
+
+def _date_parts(tree: exp.Expr, dialect: str) -> list[str]:
+    """YEAR(x), MONTH(x) and DAY(x) as the dialect reads them, in place, and a note per part: on
+    SQLite the integer `strftime` gives; elsewhere the dialect's own rendering (`EXTRACT`), which
+    the mended query gets when it is written again.
+    """
+    notes: list[str] = []
+    for node in [n for kind in _PARTS for n in tree.find_all(kind)]:
+        if dialect != "sqlite":
+            notes.append(f"{node.sql(dialect='mysql')} read as {node.sql(dialect=dialect)}")
+            continue
+        fmt = _PARTS[type(node)]
+        part = exp.Cast(this=exp.Anonymous(this="STRFTIME", expressions=[exp.Literal.string(fmt), node.this.copy()]),
+                        to=exp.DataType.build("INTEGER"))
+        notes.append(f"{node.sql(dialect='mysql')} read as {part.sql(dialect='sqlite')} (SQLite has no {node.key.upper()}())")
+        node.replace(part)
+    return notes
 
 
 def _tables(select: exp.Select) -> dict[str, str]:
