@@ -49,7 +49,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import MONTHS, fold, opens_question, phrase_starts, span_of, tokens
+from tramita.base.text import MONTHS, fold, phrase_starts, span_of, split_at_question, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -1299,11 +1299,8 @@ def _clause_end(clause: str) -> str:
     Why: the clause is what a later source's question is bounded by; running to the end, it took
     the question's own ask with it, and the later source was asked about the rows alone.
     """
-    pieces = clause.split(",")
-    for k in range(1, len(pieces)):
-        if opens_question(pieces[k]):
-            return ",".join(pieces[:k])
-    return clause
+    split = split_at_question(clause)
+    return clause if split is None else split[0]
 
 
 def _aggregate_words(question: str, vocab: Vocabulary) -> list[str]:

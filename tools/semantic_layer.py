@@ -370,9 +370,8 @@ def question_durations(question: str, today: str, path: Path = QUERY_CUES_FILE) 
         day = dt.date.fromisoformat(today)
     except ValueError:
         return []
-    cues = query_cue_file(path)
-    spans = cues.durations
-    numbers = {fold(w): n for table in cues.number_words.values() for w, n in table.items()}
+    spans = query_cue_file(path).durations
+    numbers = folded_cues(path).numbers
     units = {fold(w): unit for unit, ws in spans.units.items() for w in ws}
     if not units:
         return []
@@ -1173,10 +1172,10 @@ class SemanticLayer:
         words, op, day = found[0]
         dated = [f for f, _, _ in q.filters if self._dated(f)]
         column = dated[0] if dated else None
-        owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
-            (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
-        if column is None and owner is not None:
-            when = self.spec.entities[owner].period_dimension()
+        if column is None:  # the period dimension of the entity the query counts, or lists
+            owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
+                (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
+            when = self.spec.entities[owner].period_dimension() if owner is not None else None
             column = f"{owner}.{when}" if when is not None else None
         if column is None:
             return q, []

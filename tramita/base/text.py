@@ -186,10 +186,18 @@ def fronted_set(sentence: str) -> tuple[str, str] | None:
     start = fold(sentence).strip()
     if not any(start.startswith(f"{fold(w)} ") for w in _language_file().partitive_openers):
         return None
-    pieces = sentence.split(",")
+    split = split_at_question(sentence)
+    return None if split is None else (split[0].strip(), split[1].strip())
+
+
+def split_at_question(text: str) -> tuple[str, str] | None:
+    """(before, after) `text`'s first comma that a whole question word follows ("…, quantos
+    tickets …"); None when no comma is. A comma before an adverbial ("…, directly") splits nothing.
+    """
+    pieces = text.split(",")
     for k in range(1, len(pieces)):
         if opens_question(pieces[k]):
-            return ",".join(pieces[:k]).strip(), ",".join(pieces[k:]).strip()
+            return ",".join(pieces[:k]), ",".join(pieces[k:])
     return None
 
 
