@@ -414,3 +414,24 @@ def test_a_pronoun_after_a_passage_is_asked_about_the_one_name_it_holds(novaops_
                "doc-pol-procurement; times Site Reliability Engineering e Platform Engineering; serviço "
                "notification-service. " + one)
     assert call(part, (Finding(backend="docs", text=crowded),)) == f"{part} (ela: Priscila Antunes)"
+
+
+def test_a_pointer_after_passages_naming_many_people_takes_the_field_the_question_names(
+        novaops_services: Services) -> None:
+    """Written for this test: two records' headers (the best-ranked first) name several people each;
+    the question names the field ("lead reviewer"), so "that person" is the one the first such
+    field holds. No field the question names, or a field that holds two of them: left as it is."""
+    from tools.backends.sql import _named_referent
+
+    part = "How many incidents has that person commanded?"
+    passages = ("**Lead reviewer:** Priscila Antunes · **Authors:** Fábio Queiroz, Lucas Oliveira\n"
+                "Some text.\n**Lead reviewer:** Fábio Queiroz · **Authors:** Priscila Antunes")
+
+    def call(whole: str, text: str) -> str:
+        c = BackendCall(question=part, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"{whole} {part}", given=(Finding(backend="docs", text=text),))
+        return _named_referent(c, part)
+
+    assert call("The review names a lead reviewer.", passages) == f"{part} (that: Priscila Antunes)"
+    assert call("The review names someone.", passages) == part  # no field named: three people
+    assert call("Who are the review's authors?", passages) == part  # the authors field holds two

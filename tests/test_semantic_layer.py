@@ -326,25 +326,30 @@ def test_settle_drops_the_dimensions_the_question_did_not_ask_for(case: str, lay
         assert not results_match(expected, unsettled, ordered=sql_is_ordered(gold), strict=True)
 
 
-@pytest.mark.parametrize(("question", "filled", "want"), [
-    ("What's the mean value of an approved airfare expense?", "expenses.sum_amount_usd", "expenses.avg_amount_usd"),
-    ("Quanto deu a soma das despesas de hospedagem aprovadas?", "expenses.avg_amount_usd", "expenses.sum_amount_usd"),
-    ("Qual o valor médio e o total das despesas aprovadas?", "expenses.sum_amount_usd", "expenses.sum_amount_usd"),
-    ("Média de despesas aprovadas por categoria", "expenses.count", "expenses.count"),
+@pytest.mark.parametrize(("question", "filled", "want", "category"), [
+    ("What's the mean value of an approved airfare expense?", "expenses.sum_amount_usd", "expenses.avg_amount_usd",
+     "airfare"),
+    ("Quanto deu a soma das despesas de hospedagem aprovadas?", "expenses.avg_amount_usd", "expenses.sum_amount_usd",
+     "lodging"),
+    ("Qual o valor médio e o total das despesas aprovadas?", "expenses.sum_amount_usd", "expenses.sum_amount_usd", None),
+    ("Média de despesas aprovadas por categoria", "expenses.count", "expenses.count", None),
 ])
-def test_settle_takes_the_aggregation_the_question_names(question: str, filled: str, want: str,
+def test_settle_takes_the_aggregation_the_question_names(question: str, filled: str, want: str, category: str | None,
                                                          layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """One named aggregation swaps in the sibling measure of the same column; two named, or a count,
     are left to the model. The swapped query gives the gold rows; the one as filled does not.
     """
-    raw = layer.parse({"measures": [filled], "filters": [{"field": "expenses.status", "op": "=", "value": "approved"}],
+    said = [{"field": "expenses.category", "op": "=", "value": category}] if category else []
+    raw = layer.parse({"measures": [filled], "filters": [{"field": "expenses.status", "op": "=", "value": "approved"},
+                                                         *said],
                        "order": [{"field": filled, "direction": "desc"}]})
     settled, notes = layer.settle(raw, question)
     assert settled.measures == [want] and settled.order == [(want, "desc")]
     assert bool(notes) == (want != filled)
     if want != filled:
         agg = "AVG" if want.endswith("avg_amount_usd") else "SUM"
-        gold = _rows(novaops, f"SELECT {agg}(amount_usd) FROM expenses WHERE status = 'approved'")
+        gold = _rows(novaops, f"SELECT {agg}(amount_usd) FROM expenses WHERE status = 'approved' "
+                              f"AND category = '{category}'")
         ours = _answer(layer, tool, settled)
         unsettled = _answer(layer, tool, raw)
         assert results_match(gold, ours, ordered=False, strict=True)
@@ -498,7 +503,8 @@ def test_a_top_n_question_ranks_that_many_groups(layer: SemanticLayer, tool: SQL
     settled, _ = layer.settle(filled, "Which four teams have the most open tickets?")
     assert settled.dimensions == ["teams.name"]
     gold = _rows(novaops, "SELECT t.name, COUNT(*) FROM tickets k JOIN services s ON s.service_id = k.service_id "
-                          "JOIN teams t ON t.team_id = s.owner_team_id GROUP BY t.name ORDER BY 2 DESC LIMIT 4")
+                          "JOIN teams t ON t.team_id = s.owner_team_id WHERE k.status = 'open' "
+                          "GROUP BY t.name ORDER BY 2 DESC LIMIT 4")  # "open" is said: a filter
     assert results_match(gold, _answer(layer, tool, settled), strict=True)
     assert layer.settle(filled, "How many open tickets are there, at most four?")[0].dimensions == []
     assert layer.settle(filled, "Os 4 times com mais chamados?")[0].dimensions == ["teams.name"]
@@ -663,9 +669,10 @@ def test_a_date_value_in_the_users_words_reads_as_its_period(layer: SemanticLaye
 def test_settle_keeps_a_period_when_the_question_places_itself_in_time(question: str, op: str, value: Any,
                                                                        layer: SemanticLayer) -> None:
     flt = {"field": "expenses.expense_date", "op": op, "value": value}
-    q = layer.parse({"measures": ["expenses.sum_amount_usd"], "filters": [flt]})
+    hardware = {"field": "expenses.category", "op": "=", "value": "hardware"}
+    q = layer.parse({"measures": ["expenses.sum_amount_usd"], "filters": [hardware, flt]})
     settled, _ = layer.settle(q, question)
-    assert [f for f, _, _ in settled.filters] == ["expenses.expense_date"]
+    assert [f for f, _, _ in settled.filters] == ["expenses.category", "expenses.expense_date"]
 
 
 def test_settle_takes_the_column_the_question_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
@@ -851,6 +858,30 @@ def test_settle_drops_a_day_the_question_does_not_name(layer: SemanticLayer) -> 
         assert layer.settle(layer.parse(filled), named)[0].filters, named
 
 
+@pytest.mark.parametrize("question", [
+    "Qual o maior gasto com hardware até hoje, e de quem foi?",
+    "Which hardware claim has been the largest up to today, and who filed it?",
+    "What is the largest hardware expense until today?",
+])
+def test_a_phrase_that_bounds_nothing_names_no_day(question: str, layer: SemanticLayer, tool: SQLTool,
+                                                   novaops: Path) -> None:
+    """ "até hoje", "until today" say every row up to now: the day the model fixed to today goes,
+    and the largest claim of all time is found (fixed to today, the query finds none)."""
+    filled = {"dimensions": ["expenses.expense_id", "employee.full_name", "expenses.amount_usd"],
+              "order": [{"field": "expenses.amount_usd", "direction": "desc"}], "limit": 1,
+              "filters": [{"field": "expenses.category", "op": "=", "value": "hardware"},
+                          {"field": "expenses.expense_date", "op": "=", "value": "2026-05-15"}]}
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert [f for f, _, _ in settled.filters] == ["expenses.category"], notes
+    gold = _rows(novaops, "SELECT x.expense_id, e.full_name, x.amount_usd FROM expenses x JOIN employees e "
+                          "ON e.employee_id = x.employee_id WHERE x.category = 'hardware' "
+                          "ORDER BY x.amount_usd DESC LIMIT 1")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=True)
+    today = layer.settle(layer.parse(filled), "What is the largest hardware expense filed today?")[0]
+    assert "expenses.expense_date" in [f for f, _, _ in today.filters]  # a day the question names stays
+
+
 @pytest.mark.parametrize(("question", "filled"), [
     ("How many incidents were opened last week?", {"measures": ["incidents.count"]}),  # "last" bounds a period
     ("Quais foram as últimas despesas de software?", {"dimensions": ["expenses.expense_id"]}),  # plural: a list
@@ -968,7 +999,63 @@ def test_settle_keeps_a_value_the_question_says(question: str, field: str, value
                      "dimensions": [] if field.startswith("employees") else [f"{field.split('.')[0]}.{field.split('.')[1]}"],
                      "filters": [{"field": field, "op": op, "value": value}]})
     settled, _ = layer.settle(q, question, heard=heard)
-    assert settled.filters == [(field, op, ["Porto"] if value == ["Porto", "Lisboa"] else value)]
+    # (a value said of another column may be added beside it: "aprovadas")
+    assert [x for x in settled.filters if x[0] == field] == [(field, op, ["Porto"] if value == ["Porto", "Lisboa"]
+                                                             else value)]
+
+
+@pytest.mark.parametrize(("question", "filled", "gold"), [
+    ("Quantos chamados abertos tem cada prioridade?",
+     {"measures": ["tickets.count"], "dimensions": ["tickets.priority"]},
+     "SELECT priority, COUNT(*) FROM tickets WHERE status = 'open' GROUP BY priority"),
+    ("Which person has the most rejected expense claims?",
+     {"measures": ["expenses.count"], "dimensions": ["employee.full_name"],
+      "order": [{"field": "expenses.count", "direction": "desc"}], "limit": 1},
+     "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e ON e.employee_id = x.employee_id "
+     "WHERE x.status = 'rejected' GROUP BY e.full_name ORDER BY n DESC, e.full_name LIMIT 1"),
+])
+def test_settle_adds_a_value_the_question_says(question: str, filled: dict[str, Any], gold: str,
+                                               layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """The mirror of the span rule: a declared value the question says and the model left out is
+    a filter; without it every row is counted."""
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert any("added (the question says it)" in n for n in notes)
+    want = _rows(novaops, gold)
+    assert results_match(want, _answer(layer, tool, settled), strict=True)
+    assert not results_match(want, _answer(layer, tool, layer.parse(filled)), strict=True)
+
+
+@pytest.mark.parametrize(("question", "filled"), [
+    # a date column's phrase, with the preposition joined to its article
+    ("Quantos chamados foram abertos no último trimestre de 2025?", {"measures": ["tickets.count"]}),
+    ("How many new tickets came in last week?", {"measures": ["tickets.count"]}),  # a word of time
+    ("Is ticket TCK-1001 open?", {"dimensions": ["tickets.status"],  # one row named by its key
+                                  "filters": [{"field": "tickets.ticket_id", "op": "=", "value": "TCK-1001"}]}),
+    ("How many tickets are open and how many are closed?",  # two values of one column
+     {"measures": ["tickets.count"], "dimensions": ["tickets.status"]}),
+    ("How many tickets do the degraded services have?",  # a value of another entity's column
+     {"measures": ["tickets.count"], "dimensions": ["service.name"]}),
+    ("Em quantos projetos cada líder trabalha?",  # "líder" is also the projects' lead
+     {"measures": ["project_members.count_distinct_project_id"], "dimensions": ["employee.full_name"]}),
+    ("How many outstanding tickets does each priority have, open ones included?",  # a segment bounds it
+     {"measures": ["tickets.count"], "dimensions": ["tickets.priority"], "segments": ["tickets.active"]}),
+])
+def test_settle_adds_no_value_said_another_way_or_not_at_all(question: str, filled: dict[str, Any],
+                                                             layer: SemanticLayer) -> None:
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert not any("added (the question says it)" in n for n in notes)
+    assert settled.filters == layer.parse(filled).filters
+
+
+def test_a_date_phrase_joined_to_its_article_says_no_value(layer: SemanticLayer) -> None:
+    """ "abertos no primeiro trimestre" is "abertos em", with the preposition joined to its article:
+    the model's status filter goes, as it does for "abertos em 2026"."""
+    filled = {"measures": ["tickets.count"], "filters": [{"field": "tickets.status", "op": "=", "value": "open"},
+                                                         {"field": "tickets.created_at", "op": "=", "value": "2026-Q1"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantos chamados foram abertos no primeiro trimestre de 2026?")
+    assert [f for f, _, _ in settled.filters] == ["tickets.created_at"]
+    kept = layer.settle(layer.parse(filled), "Quantos chamados abertos no sistema foram criados em 2026?")[0]
+    assert "tickets.status" in [f for f, _, _ in kept.filters]  # no time word follows: the status
 
 
 def test_settle_lists_the_rows_behind_a_count_the_question_does_not_ask_for(layer: SemanticLayer, tool: SQLTool,

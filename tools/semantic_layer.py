@@ -154,6 +154,10 @@ class QueryCues(BaseModel):
         default_factory=dict, description="cardinal numbers in words (three, três) -> their value")
     durations: Durations = Field(default_factory=lambda: Durations(),
                                  description="spans of time counted back from today, and their units")
+    contractions: dict[str, list[str]] = Field(
+        default_factory=dict, description="a preposition -> its forms joined with an article (em: no, na, nos)")
+    open_ended: dict[str, list[str]] = Field(
+        default_factory=dict, description="phrases that bound nothing in time: every row up to now (so far, até hoje)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -194,6 +198,8 @@ class FoldedCues:
     within: tuple[str, ...] = ()  # "within", "dentro": folded phrases asking for rows inside it
     negations: frozenset[str] = frozenset()  # "not", "nao"
     numbers: dict[str, int] = field(default_factory=dict)  # folded number words -> value
+    contractions: dict[str, frozenset[str]] = field(default_factory=dict)  # "em" -> {"no", "na", ...}
+    open_ended: tuple[str, ...] = ()  # "so far", "ate hoje": folded phrases that place nothing in time
 
 
 @lru_cache(maxsize=4)
@@ -219,7 +225,9 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       tuple(" ".join(fold(w).split()) for ws in f.beyond_words.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.within_words.values() for w in ws),
                       words(f.negations),
-                      {fold(w): n for table in f.number_words.values() for w, n in table.items()})
+                      {fold(w): n for table in f.number_words.values() for w, n in table.items()},
+                      {fold(p): frozenset(map(fold, forms)) for p, forms in f.contractions.items()},
+                      tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws))
 
 
 class SemanticQueryError(ValueError):
@@ -863,12 +871,16 @@ class SemanticLayer:
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
         filters = said
-        if not _names_time(question, tokens):
+        added = self._said_values(q, segments, filters, tokens)
+        filters += added
+        dropped += [f"filter {f} {o} {v!r} added (the question says it)" for f, o, v in added]
+        timeless = _without_phrases(tokens, folded_cues().open_ended)  # "até hoje" bounds nothing
+        if not _names_time(question, timeless):
             # a period the question never states is the model's ("today", by default), not the user's
             timed = [(f, o, v) for f, o, v in filters if o not in ("is_null", "not_null") and self._dated(f)]
             dropped += [f"filter {f} {o} {v!r} (the question names no period)" for f, o, v in timed]
             filters = [flt for flt in filters if flt not in timed]
-        elif not _names_day(question, tokens):
+        elif not _names_day(question, timeless):
             # "the most recent incident" names a time, not a day: one day fixed is the model's
             days = [(f, o, v) for f, o, v in filters if o == "=" and self._dated(f) and _DAY.fullmatch(str(v))]
             dropped += [f"filter {f} {o} {v!r} (the question names no day)" for f, o, v in days]
@@ -1086,20 +1098,24 @@ class SemanticLayer:
 
     def _unspent_words(self, tokens: list[str]) -> set[str]:
         """The words that may say a filter's value: `tokens` without those of a date column's own
-        phrase of two or more words that a time word or a number follows ("abertos em 2026" says
-        when a ticket was created; its "abertos" does not also say status = open).
+        phrase of two or more words that a time word or a number follows within three words
+        ("abertos em 2026", "abertos no primeiro trimestre": the preposition may be joined with an
+        article, `contractions`); its "abertos" says when the row was created, not status = open.
 
         Why: the longer phrase is the reading meant (the longest match wins, as in value linking);
         counted twice, one word filled a filter the user did not ask for.
         """
         spent: set[int] = set()
-        time = folded_cues().time
+        cues = folded_cues()
+
+        def same(token: str, word: str) -> bool:
+            return token in (word, word + "s", word + "es") or token in cues.contractions.get(word, ())
+
         for phrase in self._time_phrases:
             n = len(phrase)
             for i in range(len(tokens) - n):
-                follows = tokens[i + n]
-                if all(t in (w, w + "s", w + "es") for t, w in zip(tokens[i:i + n], phrase, strict=True)) and (
-                        follows in time or follows.isdigit()):
+                if all(same(t, w) for t, w in zip(tokens[i:i + n], phrase, strict=True)) and any(
+                        t in cues.time or t.isdigit() for t in tokens[i + n:i + n + 3]):
                     spent.update(range(i, i + n))
         return {t for i, t in enumerate(tokens) if i not in spent}
 
@@ -1312,6 +1328,65 @@ class SemanticLayer:
             if _names_segment(text, sname, seg):
                 out.append(f"{base}.{sname}")
         return out
+
+    def _said_values(self, q: QueryObject, segments: list[str], filters: list[tuple[str, str, Any]],
+                     tokens: list[str]) -> list[tuple[str, str, Any]]:
+        """The declared values of the base entity's columns that the question says and the model
+        left out, as `=` filters ("Which 2 teams have the most open tickets?" filled with no status
+        counts every ticket). The mirror of the span rule: a value said is a value asked for.
+
+        Only a column the query neither filters nor bounds by a segment, only one value said per
+        column, only words with no other reading: not a date column's phrase ("abertos em 2026",
+        `_unspent_words`), not a word of time ("new"), not a word for another value, column, join,
+        segment or entity the base reaches ("aprovou" may be the approver's role). Not for one
+        row the question names by its key or label ("foi o pedido BR-… negado?" asks about that
+        row's value).
+        """
+        try:
+            base = self.plan(QueryObject(q.expressible, list(q.measures), list(q.dimensions), segments, filters,
+                                         [], None)).base
+        except SemanticQueryError:
+            return []
+        names = {f"{base}.{m}" for m in (self.spec.entities[base].primary_key, self._label(base)) if m}
+        if any(op == "=" and f in names for f, op, _ in filters):
+            return []
+        bounded = {(e, d) for f, _, _ in filters if (found := self._dimension(f)) is not None
+                   for e, d in [(found[1], found[2])]}
+        for g in segments:
+            entity, _, sname = g.partition(".")
+            seg = self.spec.entities[entity].segments.get(sname) if entity in self.spec.entities else None
+            bounded |= {(entity, c.field) for c in seg.where} if seg is not None else set()
+        unspent = self._unspent_words(tokens)
+        text = " " + " ".join(t for t in tokens if t in unspent) + " "
+        time = folded_cues().time
+        out: list[tuple[str, str, Any]] = []
+        for dname, dim in self.spec.entities[base].dimensions.items():
+            if not dim.values or (base, dname) in bounded:
+                continue
+            others = self._other_words(base, dname)
+            said = [stored for stored, syns in dim.values.items()
+                    if any(_has(text, w) and fold(w) not in time and fold(w) not in others for w in [stored, *syns])]
+            if len(said) == 1:
+                out.append((f"{base}.{dname}", "=", said[0]))
+        return out
+
+    def _other_words(self, base: str, dname: str) -> frozenset[str]:
+        """The folded words of everything the base reaches other than column `dname`'s values: the
+        entities, their columns, values, joins, segments and measures (a value said by one of these
+        has two readings).
+        """
+        out: set[str] = set()
+        for entity in self._reach(base):
+            ent = self.spec.entities[entity]
+            out |= {fold(w) for w in [entity, *ent.synonyms]}
+            for name, d in ent.dimensions.items():
+                out |= {fold(w) for w in d.synonyms}
+                if (entity, name) != (base, dname):
+                    out |= _declared_words(d)
+            for words in (*(j.synonyms for j in ent.joins.values()), *(g.synonyms for g in ent.segments.values()),
+                          *(m.synonyms for m in ent.measures.values())):
+                out |= {fold(w) for w in words}
+        return frozenset(out)
 
     def _named_rows(self, filters: list[tuple[str, str, Any]]) -> set[str]:
         """The entities one of whose rows an `=` filter names by a name or an id (a free-text

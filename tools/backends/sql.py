@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tools.backends.base import BackendCall, Finding, bounded_question, render_about, row_findings
 from tools.services import Services
 from tramita.base.policyfile import PolicyError
-from tramita.base.text import fold
+from tramita.base.text import fold, labelled_fields
 
 log = logging.getLogger("tramita.sql")
 
@@ -276,7 +276,28 @@ def _named_referent(call: BackendCall, question: str) -> str:
     # service names crowded the one person out
     found = _values(call.services.sql_tool).match(text, limit=None)
     names = layer.referents(question, [(h.table, h.column, h.value) for h in found])
+    if len(names) > 1:
+        names = _field_named(text, call.whole or question, names) or names
     return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
+
+
+def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
+    """The one of `names` that the first "Label: value" field of the passages whose label the
+    question says holds ("The postmortem names an incident commander. How many incidents has that
+    person commanded?" → "Incident commander: X"); [] when no such field names exactly one.
+
+    Why: the passages come from several documents of one kind (every postmortem names a
+    commander, authors, action owners), so they name many people; the question says which role it
+    means, and the best-ranked passage comes first.
+    """
+    said = set(re.findall(r"\w+", fold(asked)))
+    for label, value in labelled_fields(text):
+        words = [w for w in re.findall(r"\w+", fold(label)) if len(w) >= 3]
+        if words and all(w in said for w in words):
+            held = [n for n in names if f" {_words(n)} " in f" {_words(value)} "]
+            if held:
+                return held if len(held) == 1 else []
+    return []
 
 
 def _with_findings(call: BackendCall, question: str) -> str:

@@ -208,3 +208,20 @@ def opens_question(text: str) -> bool:
     _, openers, fillers = _signals()
     f = fillers.sub("", fold(text).strip())
     return any(f == o or f.startswith(f"{o} ") for o in openers)
+
+
+_FIELD_SEPARATOR = re.compile(r"\s+[·|•]\s+|\n")
+_FIELD = re.compile(r"^\s*(?:[-*]\s+)?([^\W\d_][^\n:]{0,40}?)\s*:\s*(\S.*)$")
+
+
+def labelled_fields(text: str) -> list[tuple[str, str]]:
+    """The "Label: value" fields of a text, in reading order ("**Incident commander:** Ana ·
+    **Authors:** …" gives ("Incident commander", "Ana"), ("Authors", "…")). Markdown emphasis is
+    read through; a label is at most a few words, so a sentence with a colon is no field.
+    """
+    out: list[tuple[str, str]] = []
+    for piece in _FIELD_SEPARATOR.split(text.replace("**", "").replace("__", "")):
+        m = _FIELD.match(piece)
+        if m and len(m.group(1).split()) <= 4:
+            out.append((m.group(1).strip(), m.group(2).strip()))
+    return out
