@@ -76,12 +76,15 @@ def _shown_half_unit(gold: Decimal) -> Decimal:
     return Decimal(5) / Decimal(10) ** (decimals + 1) if decimals else Decimal(0)
 
 
+_NOISE = Decimal("1e-9")  # below any figure the data holds, above a float's rounding error
+
+
 def _numbers_equal(g: Decimal, o: Decimal, *, strict: bool) -> bool:
     """Strict: equal at the dataset's two-decimal precision (17.3 ≠ 17.2857). Relaxed: within half
     a unit of the gold's last shown decimal (17.3 accepts 17.2857); integers exact either way.
     """
-    if strict:
-        return at_precision(g) == at_precision(o)
+    if strict:  # float noise first ("1716.8449999999998" is SQL's 1716.845), then the precision
+        return at_precision(g.quantize(_NOISE)) == at_precision(o.quantize(_NOISE))
     return abs(g - o) <= (_shown_half_unit(g) or Decimal("1e-9"))
 
 
