@@ -134,7 +134,7 @@ def test_strict_execution_compares_numbers_at_two_decimals() -> None:
     assert cell_matches(612, "612.00", strict=True) and not cell_matches(6, 6.4, strict=True)
     # an average summed in another order carries float noise below the precision: SQL's ROUND says
     # 1716.85 for the same 1716.845; a value really below the half still fails
-    assert cell_matches(1716.85, 1716.8449999999998, strict=True)
+    assert cell_matches(1716.85, 1716.8449999999998, strict=True) and cell_matches(1716.85, 1716.8449999999998)
     assert not cell_matches(1716.85, 1716.844, strict=True) and not cell_matches(51.22, 51.2149, strict=True)
 
 

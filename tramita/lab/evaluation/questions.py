@@ -83,9 +83,11 @@ def _numbers_equal(g: Decimal, o: Decimal, *, strict: bool) -> bool:
     """Strict: equal at the dataset's two-decimal precision (17.3 ≠ 17.2857). Relaxed: within half
     a unit of the gold's last shown decimal (17.3 accepts 17.2857); integers exact either way.
     """
-    if strict:  # float noise first ("1716.8449999999998" is SQL's 1716.845), then the precision
-        return at_precision(g.quantize(_NOISE)) == at_precision(o.quantize(_NOISE))
-    return abs(g - o) <= (_shown_half_unit(g) or Decimal("1e-9"))
+    # float noise first ("1716.8449999999998" is SQL's 1716.845), then the precision
+    g, o = g.quantize(_NOISE), o.quantize(_NOISE)
+    if strict:
+        return at_precision(g) == at_precision(o)
+    return abs(g - o) <= (_shown_half_unit(g) or _NOISE)
 
 
 def cell_matches(gold: Any, ours: Any, *, strict: bool = False) -> bool:
