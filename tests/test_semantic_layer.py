@@ -1048,11 +1048,11 @@ def test_settle_adds_no_value_said_another_way_or_not_at_all(question: str, fill
 
 
 def test_a_date_phrase_joined_to_its_article_says_no_value(layer: SemanticLayer) -> None:
-    """ "abertos no primeiro trimestre" is "abertos em", with the preposition joined to its article:
+    """ "abertos no mês de fevereiro" is "abertos em", with the preposition joined to its article:
     the model's status filter goes, as it does for "abertos em 2026"."""
     filled = {"measures": ["tickets.count"], "filters": [{"field": "tickets.status", "op": "=", "value": "open"},
-                                                         {"field": "tickets.created_at", "op": "=", "value": "2026-Q1"}]}
-    settled, notes = layer.settle(layer.parse(filled), "Quantos chamados foram abertos no primeiro trimestre de 2026?")
+                                                         {"field": "tickets.created_at", "op": "=", "value": "2026-02"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantos chamados foram abertos no mês de fevereiro de 2026?")
     assert [f for f, _, _ in settled.filters] == ["tickets.created_at"]
     kept = layer.settle(layer.parse(filled), "Quantos chamados abertos no sistema foram criados em 2026?")[0]
     assert "tickets.status" in [f for f, _, _ in kept.filters]  # no time word follows: the status

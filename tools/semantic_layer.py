@@ -1099,7 +1099,7 @@ class SemanticLayer:
     def _unspent_words(self, tokens: list[str]) -> set[str]:
         """The words that may say a filter's value: `tokens` without those of a date column's own
         phrase of two or more words that a time word or a number follows within three words
-        ("abertos em 2026", "abertos no primeiro trimestre": the preposition may be joined with an
+        ("abertos em 2026", "abertos no mês de março": the preposition may be joined with an
         article, `contractions`); its "abertos" says when the row was created, not status = open.
 
         Why: the longer phrase is the reading meant (the longest match wins, as in value linking);
