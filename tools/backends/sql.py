@@ -290,9 +290,9 @@ def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
     commander, authors, action owners), so they name many people; the question says which role it
     means, and the best-ranked passage comes first.
     """
-    said = set(re.findall(r"\w+", fold(asked)))
+    said = set(_words(asked).split())
     for label, value in labelled_fields(text):
-        words = [w for w in re.findall(r"\w+", fold(label)) if len(w) >= 3]
+        words = [w for w in _words(label).split() if len(w) >= 3]
         if words and all(w in said for w in words):
             held = [n for n in names if f" {_words(n)} " in f" {_words(value)} "]
             if held:
