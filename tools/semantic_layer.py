@@ -867,11 +867,12 @@ class SemanticLayer:
         said_segments = self._said_segments(q, segments, filters, text)
         segments += said_segments
         dropped += [f"segment {g} added (the question names it)" for g in said_segments]
-        said = self._said_filters(filters, self._unspent_words(tokens), {fold(h) for h in heard} | self._segment_values(text))
+        unspent = self._unspent_words(tokens)
+        said = self._said_filters(filters, unspent, {fold(h) for h in heard} | self._segment_values(text))
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
         filters = said
-        added = self._said_values(q, segments, filters, tokens)
+        added = self._said_values(q, segments, filters, tokens, unspent)
         filters += added
         dropped += [f"filter {f} {o} {v!r} added (the question says it)" for f, o, v in added]
         timeless = _without_phrases(tokens, folded_cues().open_ended)  # "até hoje" bounds nothing
@@ -1319,8 +1320,7 @@ class SemanticLayer:
             return []
         if base in self._named_rows(filters):
             return []
-        filtered = {(e, d) for f, _, _ in filters if (found := self._dimension(f)) is not None
-                    for e, d in [(found[1], found[2])]}
+        filtered = self._filtered_columns(filters)
         out: list[str] = []
         for sname, seg in self.spec.entities[base].segments.items():
             if f"{base}.{sname}" in segments or any((base, c.field) in filtered for c in seg.where):
@@ -1329,11 +1329,16 @@ class SemanticLayer:
                 out.append(f"{base}.{sname}")
         return out
 
+    def _filtered_columns(self, filters: list[tuple[str, str, Any]]) -> set[tuple[str, str]]:
+        """(entity, dimension) of each filter's column."""
+        return {(found[1], found[2]) for f, _, _ in filters if (found := self._dimension(f)) is not None}
+
     def _said_values(self, q: QueryObject, segments: list[str], filters: list[tuple[str, str, Any]],
-                     tokens: list[str]) -> list[tuple[str, str, Any]]:
+                     tokens: list[str], unspent: set[str]) -> list[tuple[str, str, Any]]:
         """The declared values of the base entity's columns that the question says and the model
         left out, as `=` filters ("Which 2 teams have the most open tickets?" filled with no status
         counts every ticket). The mirror of the span rule: a value said is a value asked for.
+        `unspent`: the words of `tokens` that may say a value (`_unspent_words`).
 
         Only a column the query neither filters nor bounds by a segment, only one value said per
         column, only words with no other reading: not a date column's phrase ("abertos em 2026",
@@ -1350,13 +1355,11 @@ class SemanticLayer:
         names = {f"{base}.{m}" for m in (self.spec.entities[base].primary_key, self._label(base)) if m}
         if any(op == "=" and f in names for f, op, _ in filters):
             return []
-        bounded = {(e, d) for f, _, _ in filters if (found := self._dimension(f)) is not None
-                   for e, d in [(found[1], found[2])]}
+        bounded = self._filtered_columns(filters)
         for g in segments:
             entity, _, sname = g.partition(".")
             seg = self.spec.entities[entity].segments.get(sname) if entity in self.spec.entities else None
             bounded |= {(entity, c.field) for c in seg.where} if seg is not None else set()
-        unspent = self._unspent_words(tokens)
         text = " " + " ".join(t for t in tokens if t in unspent) + " "
         time = folded_cues().time
         out: list[tuple[str, str, Any]] = []
