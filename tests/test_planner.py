@@ -506,7 +506,9 @@ def test_a_rule_question_in_the_records_words_goes_to_the_documents_alone(novaop
                      # "who approved" and "how long did it take" matched them better before the
                      # prototypes of those two shapes)
                      "Who needs to approve a purchase order larger than 50k?",
-                     "Por quantos anos os contratos encerrados ficam arquivados?"):
+                     "Por quantos anos os contratos encerrados ficam arquivados?",
+                     # a rate paid per period (the records' "who is on call this week" took it)
+                     "How much does a weekend of standby pay in Portugal?"):
         routed = ph.route(question, novaops_services)
         assert routed.chosen == ["docs"] and any(m.rule for m in routed.matches), (question, routed.trace())
 
