@@ -29,6 +29,7 @@ from ingest.graph_loader import load_graph
 from tools.backends import BACKENDS, BackendCall
 from tools.cypher_guard import inline_parameters
 from tools.graph_patterns import (
+    IdParam,
     PatternEngine,
     PatternFile,
     counting_query,
@@ -36,6 +37,7 @@ from tools.graph_patterns import (
     find_mentions,
     load_patterns,
     relative_clauses,
+    unsaid_values,
 )
 from tools.graph_tool import GraphTool
 from tools.llm import Usage, override_model
@@ -1024,6 +1026,61 @@ def test_backend_falls_back_to_text_to_cypher(models_dir: None, novaops_services
     assert ctx["path"] == "fallback" and ctx["pattern_reason"]
     assert ctx["query"].startswith("MATCH (t:Team)")  # the scripted text-to-Cypher answer
     assert usage.calls >= 1
+
+
+def test_a_generated_value_the_question_does_not_name_is_found() -> None:
+    """Pure logic over a small gazetteer: a record's value counts as said by any of its surface
+    forms (its key, its names, the key with spaces); a value of an id shape must be written."""
+    gazetteer = {"reference:service": [("checkout-api", "checkout-api"), ("checkout api", "checkout-api"),
+                                       ("ledger", "ledger")],
+                 "reference:employee": [("ana lima", "E010"), ("e010", "E010"), ("bruno reis", "E011")],
+                 "reference:employee#title": [("cto", "E011")]}
+    ids = [IdParam(kind="id", name="incident", description="an incident id", pattern=r"^INC-\d{4}$")]
+    query = ("MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service {service_id: 'checkout-api'}) "
+             "WHERE o.week = '2026-W20' AND o.role = 'primary' RETURN e.name")
+    assert unsaid_values(query, "Who takes more than one week of on-call?", gazetteer, ids) == ["checkout-api"]
+    # said as a name with spaces; week and role are no records of the gazetteer
+    assert unsaid_values(query, "Who is primary for Checkout API this week?", gazetteer, ids) == []
+    # a person's key stands for the name the question says; another person's name does not
+    named = "MATCH (e:Employee {employee_id: 'E010'})-[:REPORTS_TO]->(m) WHERE m.name <> 'Bruno Reis' RETURN m"
+    assert unsaid_values(named, "Quem é o gestor da Ana Lima?", gazetteer, ids) == ["Bruno Reis"]
+    # an id of a declared shape must be the one written; a title is a role's wording, not a value
+    hit = "MATCH (i:Incident {incident_id: 'INC-2041'})-[:AFFECTED]->(s) WHERE s.role = 'CTO' RETURN s"
+    assert unsaid_values(hit, "Serviços atingidos pelo INC-2055", gazetteer, ids) == ["INC-2041"]
+    assert unsaid_values(hit, "Serviços atingidos pelo inc-2041", gazetteer, ids) == []
+
+
+def test_the_fallback_repairs_a_query_that_names_a_record_the_question_does_not(
+        models_dir: None, novaops_services: Services) -> None:
+    """The schema's example service copied into a question that names none: the query is not run
+    but sent back with the value named, and the repaired query answers (real graph and gazetteer)."""
+    copied = ("MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service {service_id: 'payments-api'}) "
+              "WHERE o.role = 'primary' RETURN e.name AS name, count(DISTINCT o.week) AS weeks")
+    prompts: list[str] = []
+
+    def respond(prompt: str) -> str:
+        if prompt.startswith("You write ONE read-only openCypher query"):
+            prompts.append(prompt)
+            fixed = "Failed query" in prompt
+            return json.dumps({"cypher": copied.replace("{service_id: 'payments-api'}", "") if fixed else copied})
+        return rule_based(prompt)
+
+    question = "Quantas semanas cada pessoa acumula no papel de primário da escala?"  # an aggregate: no pattern
+    override_model("scripted", ScriptedChatModel(responder=respond))
+    try:
+        ctx, _ = _call(novaops_services, question)
+    finally:
+        override_model("scripted", None)
+    assert ctx["path"] == "fallback" and ctx["attempts"] == 2 and ctx["error"] is None, ctx
+    assert "'payments-api'" in prompts[1] and "does not name" in prompts[1]
+    assert "payments-api" not in ctx["query"] and len(ctx["rows"]) > 1
+    # the same query where the question names the service runs at once
+    override_model("scripted", ScriptedChatModel(responder=respond))
+    try:
+        said, _ = _call(novaops_services, question.replace("cada pessoa", "cada pessoa no payments-api"))
+    finally:
+        override_model("scripted", None)
+    assert said["path"] == "fallback" and said["attempts"] == 1 and said["query"] == copied
 
 
 def test_backend_survives_a_broken_patterns_file(tmp_path: Path, novaops_settings: Any) -> None:

@@ -554,6 +554,38 @@ def find_mentions(question: str, gazetteer: Gazetteer, id_params: Iterable[IdPar
     return list(dict.fromkeys(m for m in found if not (m.title and m.source in named)))
 
 
+def unsaid_values(query: str, question: str, gazetteer: Gazetteer, id_params: Iterable[IdParam]) -> list[str]:
+    """The string literals of a generated Cypher `query` that name an entity the gazetteer knows, or
+    an id of a declared shape, which `question` does not name (by any of its surface forms).
+
+    Why: the fallback model copies the schema's example values; a question about who takes more
+    than one on-call week was answered for one service it never named, and the user could not
+    tell. A value the user did not say is no condition of the answer (the span rule of slot filling).
+    """
+    params = list(id_params)
+    named = {m.value for m in find_mentions(question, gazetteer, params)}
+    words = f" {fold(question)} "
+    keys: dict[str, set[str]] = {}
+    for source, pairs in gazetteer.items():
+        if not source.endswith(TITLE_MARK):  # a title is a role's wording, not a record's value
+            for surface, key in pairs:
+                keys.setdefault(surface, set()).add(key)
+    shapes = [re.compile(p.pattern, re.IGNORECASE) for p in params]
+    out: list[str] = []
+    for token in tokenize(query):
+        if token.kind != "string":
+            continue
+        value = token.text[1:-1]
+        folded = fold(value)
+        if not folded or f" {folded} " in words:
+            continue
+        entity = keys.get(folded, set())
+        if (entity and not entity & named) or (not entity and any(r.match(value) for r in shapes)
+                                                and value.upper() not in named):
+            out.append(value)
+    return list(dict.fromkeys(out))
+
+
 def _placeholder(source: str) -> str:
     """The word an entity is masked with: its reference kind, or its node label, in lower case."""
     return source.removesuffix(TITLE_MARK).split(":", 1)[1].split(".", 1)[0].lower()
@@ -910,6 +942,10 @@ class PatternEngine:
                     _gazetteers.clear()
                 _gazetteers[key] = cached
         return cached
+
+    def unsaid(self, query: str, question: str, *, engine: Engine | None, tool: GraphTool | None) -> list[str]:
+        """`unsaid_values` of a generated query with this file's gazetteer and id shapes."""
+        return unsaid_values(query, question, self.gazetteer(engine, tool), _id_params(self.patterns))
 
     def fill(self, pattern: GraphPattern, question: str, *, today: str, gazetteer: Gazetteer,
              engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None,

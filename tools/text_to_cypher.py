@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -24,8 +26,16 @@ def iso_week(today: str) -> str:
     return f"{y}-W{w:02d}"
 
 
-def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | None, usage: Usage) -> QueryRun:
-    """Generate a read-only Cypher query for the question, then validate, run and repair it."""
+class UnsaidValueError(ValueError):
+    """A generated query names a record the question does not (fed back to the repair prompt)."""
+
+
+def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | None, usage: Usage,
+                  unsaid: Callable[[str], list[str]] | None = None) -> QueryRun:
+    """Generate a read-only Cypher query for the question, then validate, run and repair it.
+    `unsaid` lists the values a query names that the question does not: such a query is not run
+    but repaired, like one the guard refuses.
+    """
     from tools.graph_tool import GraphUnavailable
 
     static = _static(tool, today)
@@ -34,7 +44,14 @@ def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | 
         return structured_call("text_to_cypher", CypherAnswer, "text_to_cypher", backend=backend, usage=usage,
                                question=q, **static).cypher
 
-    return generate_validate_repair(question, generate, tool.query, fatal=(GraphUnavailable,), max_repairs=MAX_REPAIRS)
+    def execute(query: str) -> list[dict[str, Any]]:
+        named = unsaid(query) if unsaid is not None else []
+        if named:
+            raise UnsaidValueError(f"the query names {', '.join(repr(v) for v in named)}, which the question "
+                                   "does not name; leave that condition out")
+        return tool.query(query)
+
+    return generate_validate_repair(question, generate, execute, fatal=(GraphUnavailable,), max_repairs=MAX_REPAIRS)
 
 
 def _static(tool: GraphTool, today: str) -> dict[str, str]:

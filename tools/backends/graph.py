@@ -12,6 +12,7 @@ through `GraphTool.query` (guard, read-only, row cap), and the context records w
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tools.backends.base import PART_JOINER, BackendCall, Finding, render_about, row_findings
@@ -64,8 +65,9 @@ class GraphBackend:
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
                     "about": self._about(call, str(attempt.pattern)),
                     **({"clause": attempt.clause} if attempt.clause else {}), **trail}
-        run = answer_cypher(call.whole or call.question, tool, today=call.today, backend=call.profile,
-                            usage=call.usage)
+        asked = call.whole or call.question
+        run = answer_cypher(asked, tool, today=call.today, backend=call.profile, usage=call.usage,
+                            unsaid=self._unsaid(call, asked))
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
                 "pattern_reason": reason, **trail}
@@ -144,6 +146,24 @@ class GraphBackend:
         from tools.backends.vocabulary import graph_patterns_vocabulary
 
         return graph_patterns_vocabulary(services.settings.graph_patterns_file())
+
+    @staticmethod
+    def _unsaid(call: BackendCall, question: str) -> Callable[[str], list[str]] | None:
+        """The fallback's check that its query names only records the question names (see
+        `tools.graph_patterns.unsaid_values`); None without a usable patterns file (no gazetteer).
+        """
+        try:
+            engine = _patterns(call.services)
+        except Exception as exc:  # noqa: BLE001 - a bad file is reported by the pattern path already
+            log.warning("graph patterns unusable for the fallback's value check: %s", exc)
+            return None
+        if engine is None:
+            return None
+        try:
+            sql = call.services.engine
+        except Exception:  # noqa: BLE001 - no SQL store: the graph's own names still count
+            sql = None
+        return lambda query: engine.unsaid(query, question, engine=sql, tool=call.services.graph_tool)
 
     @staticmethod
     def _pattern(call: BackendCall, question: str) -> tuple[PatternAttempt | None, str]:
