@@ -435,3 +435,27 @@ def test_a_pointer_after_passages_naming_many_people_takes_the_field_the_questio
     assert call("The review names a lead reviewer.", passages) == f"{part} (that: Priscila Antunes)"
     assert call("The review names someone.", passages) == part  # no field named: three people
     assert call("Who are the review's authors?", passages) == part  # the authors field holds two
+
+
+def test_a_graph_part_pointing_back_takes_the_person_of_the_field_the_question_names(
+        novaops_services: Services) -> None:
+    """Written for this test: "is that person on call?" after passages naming three people. The
+    whole question names the field ("lead reviewer"), so the person of its first such field is
+    written into the part and a pattern that takes a person answers; without the field named, or
+    without a word pointing back, the part is matched as it stands (the week's roster)."""
+    part = "Is that person on call in 2026-W21?"
+    passages = ("**Lead reviewer:** Priscila Antunes · **Authors:** Fábio Queiroz, Lucas Oliveira\n"
+                "Some text.\n**Lead reviewer:** Fábio Queiroz · **Authors:** Priscila Antunes")
+
+    def run(whole: str, question: str = part) -> dict[str, Any]:
+        c = BackendCall(question=question, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"{whole} {question}", given=(Finding(backend="docs", text=passages),))
+        return BACKENDS["graph"].run(c)
+
+    priscila = novaops_services.graph_tool.query(
+        "MATCH (e:Employee) WHERE e.name = 'Priscila Antunes' RETURN e.employee_id AS id")[0]["id"]
+    named = run("The review names a lead reviewer.")
+    assert named["path"] == "pattern:on_call_of_person" and named["params"]["person"] == priscila, named
+    assert run("The review names someone.")["path"] == "pattern:on_call_roster"
+    assert run("The review names a lead reviewer.", "Who is on call in 2026-W21?")["path"] == "pattern:on_call_roster"
+

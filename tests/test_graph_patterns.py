@@ -721,6 +721,30 @@ def test_an_entity_the_question_leaves_open_comes_from_what_an_earlier_backend_f
     assert own.problem is None and own.values["manager"] != one.values["manager"]
 
 
+def test_of_several_people_found_earlier_the_one_the_question_names_by_its_field_is_taken(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Passages of a kind of document name several people ("Facilitator: … · Approver: …"); the
+    whole question says which field it means, and that field's person fills the open slot.
+    Without the focus the slot stays open (no LLM: the pattern cannot be used)."""
+    engine, gazetteer, sql = engine_and_gazetteer
+    pattern = engine.patterns.pattern("direct_reports")
+    passages = "Review of the March outage\nFacilitator: Igor Batista · Approver: Eduardo Brandão"
+    whole = "The March review lists an approver. Who reports directly to that person?"
+    from tramita.base.text import fields_asked
+
+    focus = fields_asked(passages, whole)
+    assert focus == ["Eduardo Brandão"]
+    taken = engine.fill(pattern, "Who reports directly to that person?", today=TODAY, gazetteer=gazetteer,
+                        engine=sql, given=passages, focus=focus)
+    brandao = next(m.value for m in find_mentions("Eduardo Brandão", gazetteer, []) if m.source.endswith("employee"))
+    assert taken.problem is None and taken.values["manager"] == brandao, taken
+    assert engine.fill(pattern, "Who reports directly to that person?", today=TODAY, gazetteer=gazetteer,
+                       engine=sql, given=passages).problem
+    # a focus that names none of the people found leaves the slot as open as before
+    assert engine.fill(pattern, "Who reports directly to that person?", today=TODAY, gazetteer=gazetteer,
+                       engine=sql, given=passages, focus=["Marina Albuquerque"]).problem
+
+
 def test_typed_fill_enums_bounds_and_stray_mentions(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
     engine, gazetteer, sql = engine_and_gazetteer
 

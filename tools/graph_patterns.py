@@ -36,7 +36,7 @@ import re
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from functools import cached_property
@@ -943,19 +943,53 @@ class PatternEngine:
                 _gazetteers[key] = cached
         return cached
 
+    def referent(self, question: str, given: str, focus: Sequence[str], *, engine: Engine | None,
+                 tool: GraphTool | None) -> str:
+        """`question` with the one thing an earlier backend found that it points back at, written
+        after the pointing word ("is he on call in W21? (he: X)"), when the question says a
+        reference word or pronoun and the first field of `focus` that names an entity or id the
+        question does not (else `given`) names exactly one; `question` unchanged otherwise.
+
+        Why: "is he on call in W21?" after a postmortem that names its commander was matched
+        without the person (nothing in it is a name), so the week's roster answered it, listing
+        everyone on call; with the person written in, a pattern that takes a person answers.
+        """
+        from tools.semantic_layer import folded_cues
+
+        cues = folded_cues()
+        pointing = [w for w in re.findall(r"\w+", fold(question)) if w in cues.references | cues.pronouns]
+        if not pointing or not given.strip():
+            return question
+        gazetteer = self.gazetteer(engine, tool)
+        ids = _id_params(self.patterns)
+        own = {(m.source, m.value) for m in find_mentions(question, gazetteer, ids)}
+        for text in [*focus, given]:
+            found = {(m.source, m.value): m for m in find_mentions(text, gazetteer, ids) if not m.title}
+            found = {k: m for k, m in found.items() if k not in own}
+            if found:
+                if len(found) != 1:
+                    return question
+                m = next(iter(found.values()))
+                return f"{question} ({pointing[0]}: {span_of(text, m.surface) or m.surface})"
+        return question
+
     def unsaid(self, query: str, question: str, *, engine: Engine | None, tool: GraphTool | None) -> list[str]:
         """`unsaid_values` of a generated query with this file's gazetteer and id shapes."""
         return unsaid_values(query, question, self.gazetteer(engine, tool), _id_params(self.patterns))
 
     def fill(self, pattern: GraphPattern, question: str, *, today: str, gazetteer: Gazetteer,
              engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None,
-             given: str = "") -> Filled:
+             given: str = "", focus: Sequence[str] = ()) -> Filled:
         """Typed values for every parameter; the LLM (when `usage` is given) sees only what the
         question did not give away. An entity or id the question names that no parameter took
         makes the pattern unusable: the question asks something narrower than the pattern.
         `given`: what earlier backends of the turn found (a passage, the cells of their rows); an
         entity or id parameter the question leaves open takes the one value of its kind named
         there ("is any member of that project on call?" after a postmortem that names one project).
+        `focus`: the fields of `given` the whole question names by their label ("names an incident
+        commander" → each "Incident commander: …" field, in reading order); where `given` names
+        several of a kind, the one the first such field names is taken ("is he on call?" after
+        postmortems that name five people).
         """
         day = date.fromisoformat(today)
         vocab = self.patterns.vocabulary
@@ -972,6 +1006,12 @@ class PatternEngine:
             elif isinstance(param, (EntityParam, IdParam)):
                 values = list(dict.fromkeys(m.value for m in mentions if m.source == param.source))
                 found = list(dict.fromkeys(m.value for m in earlier if m.source == param.source))
+                for text in focus if len(found) > 1 else ():
+                    focused = list(dict.fromkeys(m.value for m in find_mentions(text, gazetteer, _id_params(
+                        self.patterns)) if m.source == param.source and m.value in found))
+                    if focused:
+                        found = focused if len(focused) == 1 else found
+                        break
                 if len(values) == 1:
                     filled.values[param.name] = values[0]
                 elif not values and len(found) == 1:
@@ -1091,7 +1131,8 @@ class PatternEngine:
     # ------------------------------------------------------------------ answer
 
     def answer(self, question: str, *, tool: GraphTool, today: str, usage: Usage, backend: str | None,
-               engine: Engine | None = None, rows_for_later: bool = False, given: str = "") -> PatternAttempt:
+               engine: Engine | None = None, rows_for_later: bool = False, given: str = "",
+               focus: Sequence[str] = ()) -> PatternAttempt:
         """Choose, fill and run; `ok` with rows, or a reason to fall back. `rows_for_later`: a later
         backend of the same turn counts or sums over these rows, so an aggregate word in the
         question is its job, not a reason to leave the pattern.
@@ -1127,7 +1168,7 @@ class PatternEngine:
             attempt.reason = f"{why} (not a count of what pattern {pattern.name} answers)"
             return attempt
         filled = self.fill(pattern, question, today=today, gazetteer=gazetteer, engine=engine,
-                           usage=usage, backend=backend, given=given)
+                           usage=usage, backend=backend, given=given, focus=focus)
         attempt.llm_filled = sorted(filled.llm_values)
         if filled.problem is not None:
             attempt.reason = f"pattern {pattern.name}: {filled.problem}"

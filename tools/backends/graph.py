@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.backends.base import PART_JOINER, BackendCall, Finding, render_about, row_findings
 from tools.services import Services
+from tramita.base.text import fields_asked
 
 if TYPE_CHECKING:
     from tools.graph_patterns import PatternAttempt, PatternEngine
@@ -184,10 +185,13 @@ class GraphBackend:
             sql = call.services.engine
         except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph or the LLM only
             sql = None
+        given = "\n".join([f.text for f in call.given] + [", ".join(f.values) for f in call.given])
+        focus = fields_asked("\n".join(f.text for f in call.given if f.text), call.whole or question)
         try:
+            question = engine.referent(question, given, focus, engine=sql, tool=call.services.graph_tool)
             attempt = engine.answer(question, tool=call.services.graph_tool, today=call.today, usage=call.usage,
-                                    backend=call.profile, engine=sql, rows_for_later=call.feeds,
-                                    given="\n".join([f.text for f in call.given] + [", ".join(f.values) for f in call.given]))
+                                    backend=call.profile, engine=sql, rows_for_later=call.feeds, given=given,
+                                    focus=focus)
         except Exception as exc:  # noqa: BLE001 - embeddings or store trouble: the fallback still answers
             log.warning("graph patterns failed: %s", exc)
             return None, f"pattern path failed: {type(exc).__name__}: {exc}"[:400]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tools.backends.base import BackendCall, Finding, bounded_question, render_about, row_findings
 from tools.services import Services
 from tramita.base.policyfile import PolicyError
-from tramita.base.text import fold, labelled_fields
+from tramita.base.text import fields_asked, fold
 
 log = logging.getLogger("tramita.sql")
 
@@ -290,13 +290,10 @@ def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
     commander, authors, action owners), so they name many people; the question says which role it
     means, and the best-ranked passage comes first.
     """
-    said = set(_words(asked).split())
-    for label, value in labelled_fields(text):
-        words = [w for w in _words(label).split() if len(w) >= 3]
-        if words and all(w in said for w in words):
-            held = [n for n in names if f" {_words(n)} " in f" {_words(value)} "]
-            if held:
-                return held if len(held) == 1 else []
+    for value in fields_asked(text, asked):
+        held = [n for n in names if f" {_words(n)} " in f" {_words(value)} "]
+        if held:
+            return held if len(held) == 1 else []
     return []
 
 

@@ -225,3 +225,17 @@ def labelled_fields(text: str) -> list[tuple[str, str]]:
         if m and len(m.group(1).split()) <= 4:
             out.append((m.group(1).strip(), m.group(2).strip()))
     return out
+
+
+def fields_asked(text: str, asked: str) -> list[str]:
+    """The values of the `labelled_fields` of `text` whose label the question `asked` says (every
+    word of three letters or more), in reading order: "names an incident commander" asks for the
+    value of "Incident commander: …", not of "Authors: …".
+    """
+    said = set(re.findall(r"\w+", fold(asked)))
+    out = []
+    for label, value in labelled_fields(text):
+        needed = [w for w in re.findall(r"\w+", fold(label)) if len(w) >= 3]
+        if needed and all(w in said for w in needed):
+            out.append(value)
+    return out
