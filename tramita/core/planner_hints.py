@@ -96,6 +96,9 @@ class RuleQuestions(BaseModel):
     backend: str = Field(description="the backend that holds the rules (it answers a rule question)")
     margin: float = Field(ge=0.0, le=0.5, description="rule minus records class score needed to call a text a rule "
                           "question")
+    near: float | None = Field(None, ge=0.0, le=0.5, description="a lead at or above this and below `margin` "
+                               "adds the rules' backend to the text's own sources instead of replacing them: the "
+                               "classes overlap there; none: no such band")
     top_k: int = Field(3, ge=1, le=20, description="prototypes averaged per class")
     not_naming: list[str] = Field(
         default_factory=list,
@@ -110,6 +113,8 @@ class RuleQuestions(BaseModel):
         both = {fold(p) for p in self.rule} & {fold(p) for p in self.records}
         if both:
             raise ValueError(f"prototypes in both rule and records: {sorted(both)}")
+        if self.near is not None and self.near >= self.margin:
+            raise ValueError(f"near ({self.near}) must be below margin ({self.margin})")
         return self
 
 
@@ -406,6 +411,7 @@ class Match:
     close: list[str]
     rule_lead: float | None = None  # rule minus records prototype score (`rule_lead`)
     rule: bool = False  # decided as a rule question: the rules' backend alone
+    near_rule: bool = False  # a lead in the `near` band: the rules' backend joins the text's own sources
     required: list[str] = field(default_factory=list)  # backends this part's words require (parts only)
 
     def trace(self) -> dict[str, Any]:
@@ -415,6 +421,8 @@ class Match:
         if self.rule_lead is not None:
             out["rule_lead"] = round(self.rule_lead, 4)
             out["rule"] = self.rule
+            if self.near_rule:
+                out["near_rule"] = True
         return out
 
 
@@ -661,6 +669,8 @@ def _rule_or_decide(text: str, ranked: list[tuple[str, float]], m: Matching, lea
                      [config.backend], rule_lead=lead, rule=True)
     decided = _decide(text, ranked, m)
     decided.rule_lead = lead
+    decided.near_rule = (config is not None and config.near is not None and lead is not None
+                         and config.near <= lead < config.margin and any(n == config.backend for n, _ in ranked))
     return decided
 
 
@@ -695,12 +705,18 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     # one question: its own match decides; a question asking several things is clear only when
     # every part is (each part then adds its winner), otherwise the LLM sees all their candidates
     decided = pieces if pieces else [whole]
+    # a text the rule classifier cannot tell from a records question: the rules' backend joins
+    # its sources (a rule answer needs the passage; a records answer keeps its query)
+    config = _file().rule_questions
+    if config is not None and any(x.near_rule for x in decided) and config.backend not in needed:
+        needed.append(config.backend)
     if all(x.decision == "clear" for x in decided):
         chosen = [n for n in names if n in {x.best for x in decided} | set(needed)]
         rules = sum(1 for x in decided if x.rule)
         why = "vocabulary match" + (f"; asks what a rule sets ({rules} of {len(decided)})" if rules else "") + \
             (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "") + \
-            (f"; {', '.join(named)} required by its words" if named else "")
+            (f"; {', '.join(named)} required by its words" if named else "") + \
+            ("; near a rule question (documents added)" if any(x.near_rule for x in decided) else "")
         return Route("clear", chosen, chosen, matches, why, needed, hands_on=relation_only)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
         return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", needed,
