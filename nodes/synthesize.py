@@ -26,6 +26,7 @@ from nodes.common import ctx_of, lang_of, svc, trace, user_text
 from tools.backends import BACKENDS
 from tools.backends.base import column_units, format_number, present_rows
 from tools.llm import LLMError, Usage, text_call
+from tools.text_to_cypher import UnsaidValueError
 from tramita.base.logmask import get_logger
 from tramita.base.text import fold
 from tramita.core.replies import say
@@ -90,10 +91,26 @@ def _joined(items: list[str], lang: str) -> str:
     return f"{', '.join(items[:-1])} {say('and', lang)} {items[-1]}"
 
 
-def gap_sentence(failed: Iterable[str], lang: str) -> str:
+UNNAMED = UnsaidValueError.__name__  # how a context's error starts when its query named an unsaid record
+
+
+def gap_sentence(failed: Iterable[str], lang: str, key: str = "source_gap") -> str:
     """One plain sentence naming the sources that could not be checked ("" for none)."""
     labels = list(dict.fromkeys(source_label(b, lang) for b in failed))
-    return say("source_gap", lang, sources=_joined(labels, lang)) if labels else ""
+    return say(key, lang, sources=_joined(labels, lang)) if labels else ""
+
+
+def _gaps(contexts: list[dict[str, Any]], planned: set[str], lang: str) -> str:
+    """The sentences for the planned sources that failed: a source whose query could only be
+    written with a record the question does not name says so (the user can name it), not that
+    the source could not be reached. A failed source another answered for (`replaced_by`, the
+    plan's standby) is no gap to the user.
+    """
+    failed = [c for c in contexts
+              if c.get("error") and str(c.get("backend")) in planned and not c.get("replaced_by")]
+    unnamed = [str(c["backend"]) for c in failed if str(c["error"]).startswith(UNNAMED)]
+    down = [str(c["backend"]) for c in failed if not str(c["error"]).startswith(UNNAMED)]
+    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(unnamed, lang, "source_unnamed")) if s)
 
 
 def _units(ctx: Context) -> dict[str, str]:
@@ -409,10 +426,7 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     contexts = state.get("contexts", []) or []
     plan_backends: list[str] = list((state.get("plan") or {}).get("backends") or [])
     planned = set(plan_backends) or {str(c.get("backend")) for c in contexts}
-    # a failed backend another answered for (`replaced_by`, the plan's standby) is no gap to the user
-    failed = [str(c["backend"]) for c in contexts
-              if c.get("error") and str(c.get("backend")) in planned and not c.get("replaced_by")]
-    gap = gap_sentence(failed, lang)
+    gap = _gaps(contexts, planned, lang)
     answered = [c for c in contexts if not c.get("error")]
     with_material = [c for c in answered if c.get("rows") or c.get("items")]
     if not with_material:

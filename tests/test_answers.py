@@ -165,6 +165,22 @@ def test_only_failures_gives_the_plain_sentence_as_the_answer() -> None:
     assert out["answer"] == "I could not query the company graph just now, so that part could not be checked."
 
 
+def test_a_query_that_named_an_unsaid_record_is_told_as_such_not_as_an_outage() -> None:
+    """The graph's fallback could write its query only with a service the question never named:
+    the user hears that the question's words were not enough (naming the thing helps), not that
+    the graph could not be reached; another source that was down keeps its own sentence."""
+    unnamed = {"backend": "graph", "error": "UnsaidValueError: the query names 'x-api', which the question "
+                                            "does not name; leave that condition out"}
+    out = _run("who covers more than one week?", "en", [unnamed])
+    assert out["answer"].startswith("With only what the question says, I could not query the company graph")
+    assert "just now" not in out["answer"] and "x-api" not in out["answer"] and "UnsaidValueError" not in out["answer"]
+    both = _run("quem cobre mais de uma semana, e quanto custou?", "pt",
+                [unnamed, {"backend": "sql", "error": "OperationalError: unable to open database file"}],
+                plan=["sql", "graph"])
+    assert "Não consegui consultar o banco de dados agora" in both["answer"]
+    assert "Só com o que a pergunta diz, não consegui consultar o grafo da empresa" in both["answer"]
+
+
 # ---------------------------------------------------------------------------- citations
 
 def test_citations_keep_only_sources_the_answer_used(model: Any) -> None:

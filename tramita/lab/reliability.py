@@ -536,8 +536,10 @@ MODEL_FAULT_TURNS: tuple[str, ...] = (
     "quero tratar o reembolso EXP-0264",  # close candidates: the router is asked
     "cancela",
     # planner, the semantic layer's fill, text-to-SQL, synthesis ("por categoria" is a breakdown,
-    # which the model fills: a plain count would be read without any model call)
-    "quantas despesas estão pendentes por categoria?",
+    # which the model fills: a plain count would be read without any model call). Worded so that
+    # the rule classifier leaves it to the database alone ("quantas … pendentes por categoria"
+    # lands in its near band, where the documents join)
+    "qual o total de despesas pendentes por categoria?",
 )
 
 
