@@ -1074,36 +1074,44 @@ def test_a_generated_value_the_question_does_not_name_is_found() -> None:
     assert unsaid_values(hit, "Serviços atingidos pelo inc-2041", gazetteer, ids) == []
 
 
-def test_the_fallback_repairs_a_query_that_names_a_record_the_question_does_not(
+def test_the_fallback_leaves_out_or_repairs_a_condition_on_a_record_the_question_does_not_name(
         models_dir: None, novaops_services: Services) -> None:
-    """The schema's example service copied into a question that names none: the query is not run
-    but sent back with the value named, and the repaired query answers (real graph and gazetteer)."""
+    """The schema's example service copied into a question that names none (real graph and
+    gazetteer): a condition in a property map is left out at once, noted; one in a shape that is
+    not read (an IN list) is not run but sent back with the value named, and the repaired query
+    answers. A question that names the service keeps the query as written."""
     copied = ("MATCH (e:Employee)-[o:ON_CALL_FOR]->(s:Service {service_id: 'payments-api'}) "
               "WHERE o.role = 'primary' RETURN e.name AS name, count(DISTINCT o.week) AS weeks")
+    listed = copied.replace("{service_id: 'payments-api'}", "").replace(
+        "WHERE o.role", "WHERE s.service_id IN ['payments-api'] AND o.role")
     prompts: list[str] = []
 
-    def respond(prompt: str) -> str:
-        if prompt.startswith("You write ONE read-only openCypher query"):
-            prompts.append(prompt)
-            fixed = "Failed query" in prompt
-            return json.dumps({"cypher": copied.replace("{service_id: 'payments-api'}", "") if fixed else copied})
-        return rule_based(prompt)
+    def respond_with(first: str) -> Any:
+        def respond(prompt: str) -> str:
+            if prompt.startswith("You write ONE read-only openCypher query"):
+                prompts.append(prompt)
+                fixed = "Failed query" in prompt
+                return json.dumps({"cypher": copied.replace("{service_id: 'payments-api'}", "") if fixed else first})
+            return rule_based(prompt)
+        return respond
+
+    def ask(question: str, first: str) -> dict[str, Any]:
+        prompts.clear()
+        override_model("scripted", ScriptedChatModel(responder=respond_with(first)))
+        try:
+            return _call(novaops_services, question)[0]
+        finally:
+            override_model("scripted", None)
 
     question = "Quantas semanas cada pessoa acumula no papel de primário da escala?"  # an aggregate: no pattern
-    override_model("scripted", ScriptedChatModel(responder=respond))
-    try:
-        ctx, _ = _call(novaops_services, question)
-    finally:
-        override_model("scripted", None)
-    assert ctx["path"] == "fallback" and ctx["attempts"] == 2 and ctx["error"] is None, ctx
+    left = ask(question, copied)
+    assert left["path"] == "fallback" and left["attempts"] == 1 and left["error"] is None, left
+    assert "payments-api" not in left["query"] and len(left["rows"]) > 1 and "payments-api" in left["mended"][0]
+    repaired = ask(question, listed)
+    assert repaired["attempts"] == 2 and repaired["error"] is None and "mended" not in repaired, repaired
     assert "'payments-api'" in prompts[1] and "does not name" in prompts[1]
-    assert "payments-api" not in ctx["query"] and len(ctx["rows"]) > 1
-    # the same query where the question names the service runs at once
-    override_model("scripted", ScriptedChatModel(responder=respond))
-    try:
-        said, _ = _call(novaops_services, question.replace("cada pessoa", "cada pessoa no payments-api"))
-    finally:
-        override_model("scripted", None)
+    assert "payments-api" not in repaired["query"] and len(repaired["rows"]) > 1
+    said = ask(question.replace("cada pessoa", "cada pessoa no payments-api"), copied)
     assert said["path"] == "fallback" and said["attempts"] == 1 and said["query"] == copied
 
 

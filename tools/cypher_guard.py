@@ -415,3 +415,34 @@ def inline_parameters(query: str, params: dict[str, Any] | None) -> str:
         pieces += [text[last : tok.start], literal]
         last = tok.end
     return "".join(pieces) + text[last:]
+
+
+_AGGREGATE = re.compile(r"\b(count|sum|avg|min|max|collect)\s*\(", re.IGNORECASE)
+
+
+def drop_conditions(query: str, values: list[str]) -> str | None:
+    """`query` without the conditions that compare something to one of `values` (a property-map
+    entry `{key: 'v'}`, or `x.p = 'v'` in a WHERE, with its AND), its final RETURN made DISTINCT
+    when it has no aggregate (a node no longer pinned repeats the same answer once per match);
+    None when a value is still there afterwards (it sat in a shape this does not read).
+
+    Why: the text-to-Cypher fallback copies the schema's example values ("… {service_id:
+    'payments-api'}") into questions that name no such record, and keeps them through repair;
+    the question, asked without that condition, is what the user asked.
+    """
+    out = query
+    for value in values:
+        lit = "'" + re.escape(value.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+        entry = rf"\w+\s*:\s*{lit}"
+        out = re.sub(rf"\s*\{{\s*{entry}\s*\}}", "", out)  # the only entry of a map
+        out = re.sub(rf"{entry}\s*,\s*|\s*,\s*{entry}", "", out)  # one entry of several
+        compare = rf"[\w.]+\s*=\s*{lit}|{lit}\s*=\s*[\w.]+"
+        out = re.sub(rf"\s+AND\s+(?:{compare})|(?:{compare})\s+AND\s+", " ", out, flags=re.IGNORECASE)
+        out = re.sub(rf"\bWHERE\s+(?:{compare})\s*(?=\b(?:RETURN|WITH|MATCH|OPTIONAL|ORDER|UNWIND)\b|$)", "",
+                     out, flags=re.IGNORECASE)
+    if out == query or any(f"'{v}'" in out for v in values):
+        return None
+    head, sep, tail = out.rpartition("RETURN")
+    if sep and not _AGGREGATE.search(tail) and not re.match(r"\s+DISTINCT\b", tail, re.IGNORECASE):
+        out = f"{head}RETURN DISTINCT{tail}"
+    return out

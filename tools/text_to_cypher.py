@@ -33,16 +33,26 @@ class UnsaidValueError(ValueError):
 def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | None, usage: Usage,
                   unsaid: Callable[[str], list[str]] | None = None) -> QueryRun:
     """Generate a read-only Cypher query for the question, then validate, run and repair it.
-    `unsaid` lists the values a query names that the question does not: such a query is not run
-    but repaired, like one the guard refuses.
+    `unsaid` lists the values a query names that the question does not: their conditions are left
+    out (`drop_conditions`, noted in `QueryRun.mended`), and a query where that cannot be done is
+    not run but repaired, like one the guard refuses.
     """
+    from tools.cypher_guard import drop_conditions
     from tools.graph_tool import GraphUnavailable
 
     static = _static(tool, today)
+    mended: list[str] = []
 
     def generate(q: str) -> str:
-        return structured_call("text_to_cypher", CypherAnswer, "text_to_cypher", backend=backend, usage=usage,
-                               question=q, **static).cypher
+        cypher = structured_call("text_to_cypher", CypherAnswer, "text_to_cypher", backend=backend, usage=usage,
+                                 question=q, **static).cypher
+        named = unsaid(cypher) if unsaid is not None else []
+        fixed = drop_conditions(cypher, named) if named else None
+        if fixed is not None and unsaid is not None and not unsaid(fixed):
+            mended.append(f"left out the conditions on {', '.join(repr(v) for v in named)}: the question does "
+                          "not name them")
+            return fixed
+        return cypher
 
     def execute(query: str) -> list[dict[str, Any]]:
         named = unsaid(query) if unsaid is not None else []
@@ -51,7 +61,9 @@ def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | 
                                    "does not name; leave that condition out")
         return tool.query(query)
 
-    return generate_validate_repair(question, generate, execute, fatal=(GraphUnavailable,), max_repairs=MAX_REPAIRS)
+    run = generate_validate_repair(question, generate, execute, fatal=(GraphUnavailable,), max_repairs=MAX_REPAIRS)
+    run.mended = mended
+    return run
 
 
 def _static(tool: GraphTool, today: str) -> dict[str, str]:

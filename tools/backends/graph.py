@@ -71,7 +71,7 @@ class GraphBackend:
                             unsaid=self._unsaid(call, asked))
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
-                "pattern_reason": reason, **trail}
+                "pattern_reason": reason, **({"mended": run.mended} if run.mended else {}), **trail}
 
     def leaves_aggregate(self, services: Services, question: str) -> bool:
         """Whether a named pattern answers the question's relation but not its aggregate (see
