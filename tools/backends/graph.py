@@ -20,6 +20,8 @@ from tools.services import Services
 from tramita.base.text import fields_asked
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from tools.graph_patterns import PatternAttempt, PatternEngine
 
 log = logging.getLogger("tramita.graph")
@@ -160,10 +162,7 @@ class GraphBackend:
             return None
         if engine is None:
             return None
-        try:
-            sql = call.services.engine
-        except Exception:  # noqa: BLE001 - no SQL store: the graph's own names still count
-            sql = None
+        sql = _sql_engine(call.services)
         return lambda query: engine.unsaid(query, question, engine=sql, tool=call.services.graph_tool)
 
     @staticmethod
@@ -181,10 +180,7 @@ class GraphBackend:
         except Exception as exc:  # noqa: BLE001 - a bad file names itself; the fallback still answers
             log.warning("graph patterns unusable: %s", exc)
             return None, f"patterns file unusable: {exc}"[:400]
-        try:
-            sql = call.services.engine
-        except Exception:  # noqa: BLE001 - no SQL store: names resolve through the graph or the LLM only
-            sql = None
+        sql = _sql_engine(call.services)
         given = "\n".join([f.text for f in call.given] + [", ".join(f.values) for f in call.given])
         focus = fields_asked("\n".join(f.text for f in call.given if f.text), call.whole or question)
         try:
@@ -196,6 +192,16 @@ class GraphBackend:
             log.warning("graph patterns failed: %s", exc)
             return None, f"pattern path failed: {type(exc).__name__}: {exc}"[:400]
         return attempt, attempt.reason
+
+
+def _sql_engine(services: Services) -> Engine | None:
+    """The SQL store's engine for the patterns' gazetteer; None without one (names then resolve
+    through the graph or the LLM only).
+    """
+    try:
+        return services.engine
+    except Exception:  # noqa: BLE001 - no SQL store is a deployment, not an error
+        return None
 
 
 def _patterns(services: Services) -> PatternEngine | None:

@@ -708,7 +708,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     # a text the rule classifier cannot tell from a records question: the rules' backend joins
     # its sources (a rule answer needs the passage; a records answer keeps its query)
     config = _file().rule_questions
-    if config is not None and any(x.near_rule for x in decided) and config.backend not in needed:
+    near = any(x.near_rule for x in decided)
+    if config is not None and near and config.backend not in needed:
         needed.append(config.backend)
     if all(x.decision == "clear" for x in decided):
         chosen = [n for n in names if n in {x.best for x in decided} | set(needed)]
@@ -716,7 +717,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         why = "vocabulary match" + (f"; asks what a rule sets ({rules} of {len(decided)})" if rules else "") + \
             (f"; names a kind of document ({', '.join(sorted(kinds))})" if kinds else "") + \
             (f"; {', '.join(named)} required by its words" if named else "") + \
-            ("; near a rule question (documents added)" if any(x.near_rule for x in decided) else "")
+            ("; near a rule question (documents added)" if near else "")
         return Route("clear", chosen, chosen, matches, why, needed, hands_on=relation_only)
     if whole.decision == "none" and all(x.decision == "none" for x in pieces):
         return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", needed,
