@@ -29,9 +29,10 @@ from tramita.core.planner_hints import stages
 
 _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="retrieve")
 UNSAFE = ("UnsafeSQLError", "UnsafeCypherError", "SSRF_REFUSED")
-# a query the store ran and rejected (a wrong table, property or syntax): another store's query may
-# answer; a store that is down or a model that fails is a gap to tell, not a reason to ask elsewhere
-QUERY_FAILED = ("CypherExecutionError", "SQLExecutionError")
+# a query the store ran and rejected (a wrong table, property or syntax), or one that reads none of
+# the records the question asks for: another store's query may answer; a store that is down or a
+# model that fails is a gap to tell, not a reason to ask elsewhere
+QUERY_FAILED = ("CypherExecutionError", "SQLExecutionError", "MissedLabelError")
 
 
 def findings(context: dict[str, Any]) -> list[Finding]:

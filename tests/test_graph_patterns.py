@@ -36,6 +36,7 @@ from tools.graph_patterns import (
     counts_answers,
     find_mentions,
     load_patterns,
+    missed_labels,
     relative_clauses,
     unsaid_values,
 )
@@ -1113,6 +1114,52 @@ def test_the_fallback_leaves_out_or_repairs_a_condition_on_a_record_the_question
     assert "payments-api" not in repaired["query"] and len(repaired["rows"]) > 1
     said = ask(question.replace("cada pessoa", "cada pessoa no payments-api"), copied)
     assert said["path"] == "fallback" and said["attempts"] == 1 and said["query"] == copied
+
+
+def test_a_fallback_query_that_reads_none_of_the_asked_records_is_found() -> None:
+    """Pure logic: a label counts as read when the query writes it on a node or uses a relationship
+    type that ends at it; a label is asked for only when its word follows a question word."""
+    words = {"Project": ["projetos", "projects"], "Service": ["serviços", "services"]}
+    rels = [("WORKS_ON", "Employee", "Project"), ("OWNS_SERVICE", "Team", "Service")]
+    services = "MATCH (t:Team {name: 'Dados'})-[:OWNS_SERVICE]->(s:Service) RETURN s.service_id, s.status"
+    assert missed_labels(services, "Which projects does the Data team own?", words, rels) == ["Project"]
+    assert missed_labels(services, "Quais os projetos do time de Dados?", words, rels) == ["Project"]
+    # the services the question asks for are read, by label or through the relationship alone
+    assert missed_labels(services, "Which services does the Data team own?", words, rels) == []
+    assert missed_labels("MATCH (t)-[:OWNS_SERVICE]->(x) RETURN x.name", "Quais serviços o time tem?", words, rels) == []
+    assert missed_labels("MATCH (e:Employee)-[:WORKS_ON]->(p) RETURN p.name", "Which projects is Ana on?",
+                         words, rels) == []
+    # a word for projects that no question word leads to asks for none; a label in a string is no read
+    assert missed_labels(services, "Who owns the services of the Data team's projects?", words, rels) == []
+    assert missed_labels("MATCH (s:Service) WHERE s.name = 'Project' RETURN s", "Which projects are late?",
+                         words, rels) == ["Project"]
+
+
+def test_the_fallback_query_over_other_records_is_a_failed_query(models_dir: None, novaops_services: Services) -> None:
+    """Real graph: "which projects does a team own?" has no relation in the graph; the fallback's
+    query over the team's services ran and gave rows, and is reported as a failed query with no
+    rows (the plan's standby, the database, then answers). The same query for the team's services
+    stands."""
+    owned = "MATCH (t:Team {name: 'Plataforma'})-[:OWNS_SERVICE]->(s:Service) RETURN s.service_id AS service, s.status"
+
+    def ask(question: str) -> dict[str, Any]:
+        def respond(prompt: str) -> str:
+            if prompt.startswith("You write ONE read-only openCypher query"):
+                return json.dumps({"cypher": owned})
+            return rule_based(prompt)
+
+        override_model("scripted", ScriptedChatModel(responder=respond))
+        try:
+            return _call(novaops_services, question)[0]
+        finally:
+            override_model("scripted", None)
+
+    assert novaops_services.graph_tool.query(owned)  # the query itself runs and has rows
+    projects = ask("Quais projetos o time de Plataforma toca, e qual o status de cada um?")
+    assert projects["path"] == "fallback" and projects["rows"] == [], projects
+    assert str(projects["error"]).startswith("MissedLabelError") and "Project" in projects["error"]
+    services = ask("Quais serviços o time de Plataforma opera, e qual o status de cada um?")
+    assert services["error"] is None and services["rows"], services
 
 
 def test_backend_survives_a_broken_patterns_file(tmp_path: Path, novaops_settings: Any) -> None:

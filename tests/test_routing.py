@@ -13,7 +13,16 @@ import pytest
 from graph import routers
 from graph.state import State, TurnTrace, add_contexts, add_notices, merge_trace
 from tramita.base.paths import SAMPLE_DIR
-from tramita.base.text import MAX_MESSAGE_CHARS, clean, detect_language, fold, is_question, opens_question, words
+from tramita.base.text import (
+    MAX_MESSAGE_CHARS,
+    asked_after_opener,
+    clean,
+    detect_language,
+    fold,
+    is_question,
+    opens_question,
+    words,
+)
 from tramita.core.lexicon import classify, has_correction_cue, mentions_cancel
 from tramita.core.safety import screen
 
@@ -329,3 +338,14 @@ def test_synthesize_says_plainly_that_empty_results_hold_no_answer() -> None:
     assert "grafo" in out["notices"][0] and "graph down" not in out["notices"][0]
     with_rows: State = {**empty, "contexts": [{"backend": "sql", "query": "SELECT 2", "rows": [{"n": 2}], "error": None}]}
     assert synthesize(with_rows, runtime)["turn"]["route"] != "answer:no-rows"  # the (unknown) model is asked
+
+
+@pytest.mark.parametrize(("text", "asked"), [
+    ("Which projects does the Data team own?", ["projects"]),
+    ("Em quais os projetos a Ana está?", ["projetos"]),  # an article between the question word and the noun
+    ("How many services depend on it?", ["services"]),  # a two-word opener's second word is within reach
+    ("Who leads the team that runs the projects?", []),  # the noun is three words past "who"
+    ("Projects owned by the Data team", []),  # no question word at all
+])
+def test_asked_after_opener_reads_only_a_noun_right_after_a_question_word(text: str, asked: list[str]) -> None:
+    assert asked_after_opener(text, ["projects", "projetos", "services"]) == asked

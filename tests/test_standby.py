@@ -76,14 +76,17 @@ def _retrieve(monkeypatch: pytest.MonkeyPatch, first: _Source, second: _Source, 
     return retrieve(state, SimpleNamespace(context=Context()))  # type: ignore[arg-type]
 
 
-def test_a_failed_query_is_answered_by_the_standby_with_the_failed_part(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = _Source("first", error="CypherExecutionError: no such table")
+@pytest.mark.parametrize("error", ["CypherExecutionError: no such table",
+                                   "MissedLabelError: the query reads no Project record, which the question asks for"])
+def test_a_failed_query_is_answered_by_the_standby_with_the_failed_part(error: str, monkeypatch: pytest.MonkeyPatch
+                                                                        ) -> None:
+    first = _Source("first", error=error)
     second = _Source("second", rows=[{"n": 9}])
     out = _retrieve(monkeypatch, first, second)
     failed, answered = out["contexts"]
     assert failed["replaced_by"] == "second" and answered["rows"] == [{"n": 9}]
     assert [c.question for c in second.calls] == ["a part"]  # what the failed backend was asked
-    assert out["turn"]["standby"] == "second" and out["turn"]["errors"] == ["first: CypherExecutionError: no such table"]
+    assert out["turn"]["standby"] == "second" and out["turn"]["errors"] == [f"first: {error}"]
 
 
 @pytest.mark.parametrize("error", ["UnsafeCypherError: write clause CREATE", "timed out after 60 s",

@@ -49,7 +49,7 @@ from tools.cypher_guard import UnsafeCypherError, tokenize, validate_cypher
 from tools.llm import LLMError, Usage, structured_call
 from tools.references import check_identifier, load_references
 from tramita.base.policyfile import load_model
-from tramita.base.text import MONTHS, fold, phrase_starts, span_of, split_at_question, tokens
+from tramita.base.text import MONTHS, asked_after_opener, fold, phrase_starts, span_of, split_at_question, tokens
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -418,6 +418,18 @@ class Vocabulary(_Strict):
         "words that open a relative clause ('que', 'that', 'whose'): when a later source aggregates over "
         "the pattern's rows and the whole question matches no pattern, the clause that states the "
         "relation is matched alone"))
+    label_words: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "node label -> the words that name its records ('projetos', 'projects'): a question that asks for "
+        "them right after a question word ('which projects …') is not answered by a fallback query that "
+        "reads none of them"))
+
+    @field_validator("label_words")
+    @classmethod
+    def _labels(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for label, said in value.items():
+            if not re.fullmatch(r"[A-Za-z_]\w*", label) or not [w for w in said if fold(w)]:
+                raise ValueError(f"label_words: {label!r} must be a node label with at least one word")
+        return value
 
 
 class PatternFile(_Strict):
@@ -584,6 +596,26 @@ def unsaid_values(query: str, question: str, gazetteer: Gazetteer, id_params: It
                                                 and value.upper() not in named):
             out.append(value)
     return list(dict.fromkeys(out))
+
+
+def missed_labels(query: str, question: str, label_words: dict[str, list[str]],
+                  rels: Iterable[tuple[str, str, str]]) -> list[str]:
+    """The node labels `question` asks for (one of their `label_words` within two words after a
+    question opener) that a generated Cypher `query` reads nowhere: no node written with the label
+    and no relationship type that ends at it (`rels`: type, source label, target label).
+
+    Why: the fallback answered "which projects does a team own?", which the graph holds no relation
+    for, with the team's services; an answer about other records reads as right and is not.
+    """
+    asked = [label for label, said in label_words.items() if asked_after_opener(question, [fold(w) for w in said])]
+    if not asked:
+        return []
+    try:
+        names = {t.text.strip("`") for t in tokenize(query) if t.kind in ("word", "quoted")}
+    except UnsafeCypherError:  # the guard refuses it anyway
+        return []
+    read = names | {end for rtype, src, dst in rels if rtype in names for end in (src, dst)}
+    return [label for label in asked if label not in read]
 
 
 def _placeholder(source: str) -> str:
@@ -976,6 +1008,13 @@ class PatternEngine:
     def unsaid(self, query: str, question: str, *, engine: Engine | None, tool: GraphTool | None) -> list[str]:
         """`unsaid_values` of a generated query with this file's gazetteer and id shapes."""
         return unsaid_values(query, question, self.gazetteer(engine, tool), _id_params(self.patterns))
+
+    def missed(self, query: str, question: str, tool: GraphTool) -> list[str]:
+        """`missed_labels` of a generated query with this file's label words and the graph's schema."""
+        words = self.patterns.vocabulary.label_words
+        if not words:
+            return []
+        return missed_labels(query, question, words, [(r.type, r.src, r.dst) for r in tool.schema().rels])
 
     def fill(self, pattern: GraphPattern, question: str, *, today: str, gazetteer: Gazetteer,
              engine: Engine | None = None, usage: Usage | None = None, backend: str | None = None,

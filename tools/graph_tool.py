@@ -339,9 +339,13 @@ class GraphTool:
 
     # -- prompts
 
+    def schema(self) -> GraphSchema:
+        """The graph schema the dataset declares (labels, relationship types and their ends)."""
+        return read_graph_schema(self.sample_dir / "graph" / "schema.md")
+
     def schema_text(self) -> str:
         """The graph schema as the prompts show it."""
-        return read_graph_schema(self.sample_dir / "graph" / "schema.md").prompt_text()
+        return self.schema().prompt_text()
 
     def dialect_notes(self) -> str:
         """The Cypher dialect notes for this backend's prompt."""

@@ -30,6 +30,10 @@ class UnsaidValueError(ValueError):
     """A generated query names a record the question does not (fed back to the repair prompt)."""
 
 
+class MissedLabelError(ValueError):
+    """A generated query reads none of the records the question asks for (another store may hold them)."""
+
+
 def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | None, usage: Usage,
                   unsaid: Callable[[str], list[str]] | None = None) -> QueryRun:
     """Generate a read-only Cypher query for the question, then validate, run and repair it.

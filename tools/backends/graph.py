@@ -46,7 +46,7 @@ class GraphBackend:
     def run(self, call: BackendCall) -> dict[str, Any]:
         """A named pattern when one fits; otherwise generate, validate and repair a Cypher query."""
         from tools.cypher_guard import inline_parameters
-        from tools.text_to_cypher import answer_cypher
+        from tools.text_to_cypher import MissedLabelError, answer_cypher
 
         tool = call.services.graph_tool
         # its own part of the question first, then each piece of a part the planner joined (one
@@ -55,10 +55,13 @@ class GraphBackend:
         pieces = call.question.split(PART_JOINER) if PART_JOINER in call.question else []
         for text in dict.fromkeys([call.question, *pieces, call.whole or call.question]):
             attempt, reason = self._pattern(call, text)
-            if attempt is not None and attempt.ok:
+            missed = self._missed(call, attempt.cypher) if attempt is not None and attempt.ok else []
+            if attempt is not None and missed:  # a traversal over other records ("which projects…" answered with on-call shifts)
+                reason = f"pattern {attempt.pattern} reads no {', '.join(missed)} record, which the question asks for"
+            elif attempt is not None and attempt.ok:
                 break
         trail = {"pattern_choice": attempt.choice.trace()} if attempt is not None else {}
-        if attempt is not None and attempt.ok:
+        if attempt is not None and attempt.ok and not missed:
             return {"backend": self.name, "path": f"pattern:{attempt.pattern}",
                     # `query` is self-contained (values inlined as escaped literals) so that the
                     # evals and the synthesis prompt can read or re-run it; `cypher` + `params` is
@@ -71,6 +74,11 @@ class GraphBackend:
         asked = call.whole or call.question
         run = answer_cypher(asked, tool, today=call.today, backend=call.profile, usage=call.usage,
                             unsaid=self._unsaid(call, asked))
+        missed = self._missed(call, run.query) if run.error is None and run.query else []
+        if missed:  # rows of other records: a failed query, which the plan's standby may answer
+            run.rows = []
+            run.error = (f"{MissedLabelError.__name__}: the query reads no {', '.join(missed)} record, which the "
+                         "question asks for")
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
                 "pattern_reason": reason, **({"mended": run.mended} if run.mended else {}), **trail}
@@ -164,6 +172,18 @@ class GraphBackend:
             return None
         sql = _sql_engine(call.services)
         return lambda query: engine.unsaid(query, question, engine=sql, tool=call.services.graph_tool)
+
+    @staticmethod
+    def _missed(call: BackendCall, query: str) -> list[str]:
+        """The node labels the graph's part asks for that `query` does not read (see
+        `tools.graph_patterns.missed_labels`); none without a usable patterns file.
+        """
+        try:
+            engine = _patterns(call.services)
+            return [] if engine is None else engine.missed(query, call.question, call.services.graph_tool)
+        except Exception as exc:  # noqa: BLE001 - a bad file is reported by the pattern path already
+            log.warning("graph patterns unusable for the fallback's label check: %s", exc)
+            return []
 
     @staticmethod
     def _pattern(call: BackendCall, question: str) -> tuple[PatternAttempt | None, str]:

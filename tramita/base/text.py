@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -188,6 +188,21 @@ def fronted_set(sentence: str) -> tuple[str, str] | None:
         return None
     split = split_at_question(sentence)
     return None if split is None else (split[0].strip(), split[1].strip())
+
+
+def asked_after_opener(text: str, phrases: Iterable[str], reach: int = 2) -> list[str]:
+    """The `phrases` that start within `reach` words after a question opener, in `phrases`' order:
+    "Which projects …", "Em quais os projetos …", "How many services …" ask for projects and
+    services; "… owned by the team that runs it?" asks for no team.
+
+    Why: a query that answers such a question must read the records it asks for; a fallback query
+    over other records ("which projects does a team own?" answered with the team's services) reads
+    as an answer and is not one.
+    """
+    found = words(text)
+    _, openers, _ = _signals()
+    ends = [i + len(o.split()) for o in openers for i in phrase_starts(found, o)]
+    return [p for p in phrases if any(end <= at <= end + reach for at in phrase_starts(found, p) for end in ends)]
 
 
 def split_at_question(text: str) -> tuple[str, str] | None:
