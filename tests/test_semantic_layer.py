@@ -1122,6 +1122,40 @@ def test_settle_turns_a_value_that_names_a_segment_into_the_segment(layer: Seman
         layer.compile(layer.parse(filled), stored_values(tool))  # as filled: not a stored value
 
 
+@pytest.mark.parametrize("question", ["Apart from the executives, who holds the largest approval limit?",
+                                      "Excluindo os executivos, quem tem o maior limite de aprovação?"])
+@pytest.mark.parametrize("filled", [
+    {"measures": ["employees.max_approval_limit_usd"], "segments": ["employees.c_level"]},
+    # the segment's word filed as a role no row holds, or as the value of a count
+    {"measures": ["employees.max_approval_limit_usd"],
+     "filters": [{"field": "employees.role", "op": "=", "value": "executives"}]},
+    {"measures": ["employees.max_approval_limit_usd"],
+     "filters": [{"field": "employees.count", "op": "=", "value": "executivos"}]},
+])
+def test_settle_reads_a_segment_after_an_exclusion_word_as_the_rows_outside_it(
+        question: str, filled: dict[str, Any], layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """ "Apart from the executives, who …": everyone but the segment's rows, and "who has the
+    largest" is that person's row, not the value alone."""
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.segments == [] and settled.filters == [("employees.level", "<", 7)], notes
+    assert settled.dimensions == ["employees.full_name", "employees.approval_limit_usd"] and settled.limit == 1
+    gold = _rows(novaops, "SELECT full_name, approval_limit_usd FROM employees WHERE level < 7 AND approval_limit_usd = "
+                          "(SELECT MAX(approval_limit_usd) FROM employees WHERE level < 7)")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    inside = _answer(layer, tool, layer.parse({**filled, "filters": [], "segments": ["employees.c_level"]}))
+    assert not results_match(gold, inside, strict=True)  # the executives' own figure is another answer
+
+
+@pytest.mark.parametrize("question", ["Among the executives, who holds the largest approval limit?",
+                                      "What is the largest approval limit of the executives?"])
+def test_settle_keeps_a_segment_no_exclusion_word_stands_before(question: str, layer: SemanticLayer) -> None:
+    filled = {"measures": ["employees.max_approval_limit_usd"], "segments": ["employees.c_level"]}
+    settled, _ = layer.settle(layer.parse(filled), question)
+    assert settled.segments == ["employees.c_level"] and settled.filters == []
+    # a person cue names the row only when the question says it
+    assert ("employees.full_name" in settled.dimensions) is question.startswith("Among")
+
+
 def test_a_key_filter_given_the_name_of_the_row_it_points_at_follows_the_join(layer: SemanticLayer, tool: SQLTool,
                                                                               novaops: Path) -> None:
     """employees.team_id = 'Pagamentos' names a team, not a key: the filter moves to team.name."""

@@ -150,6 +150,9 @@ class QueryCues(BaseModel):
     within_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that ask for the rows inside a document's figure (within, dentro)")
     negations: dict[str, list[str]] = Field(default_factory=dict, description="not, não: before a within word")
+    exclusion_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words right before a segment's word that ask for the rows outside it "
+                                          "(below, except, fora de)")
     number_words: dict[str, dict[str, int]] = Field(
         default_factory=dict, description="cardinal numbers in words (three, três) -> their value")
     durations: Durations = Field(default_factory=lambda: Durations(),
@@ -200,6 +203,7 @@ class FoldedCues:
     numbers: dict[str, int] = field(default_factory=dict)  # folded number words -> value
     contractions: dict[str, frozenset[str]] = field(default_factory=dict)  # "em" -> {"no", "na", ...}
     open_ended: tuple[str, ...] = ()  # "so far", "ate hoje": folded phrases that place nothing in time
+    exclusions: tuple[str, ...] = ()  # "below", "fora do": folded phrases before a segment's word, its outside
 
 
 @lru_cache(maxsize=4)
@@ -227,7 +231,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       words(f.negations),
                       {fold(w): n for table in f.number_words.values() for w, n in table.items()},
                       {fold(p): frozenset(map(fold, forms)) for p, forms in f.contractions.items()},
-                      tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws))
+                      tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
+                      tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws))
 
 
 class SemanticQueryError(ValueError):
@@ -875,6 +880,9 @@ class SemanticLayer:
         added = self._said_values(q, segments, filters, tokens, unspent)
         filters += added
         dropped += [f"filter {f} {o} {v!r} added (the question says it)" for f, o, v in added]
+        segments, outside = self._excluded_segments(segments, tokens)
+        filters += outside
+        dropped += [f"filter {f} {o} {v!r} (the rows outside a segment the question excludes)" for f, o, v in outside]
         timeless = _without_phrases(tokens, folded_cues().open_ended)  # "até hoje" bounds nothing
         if not _names_time(question, timeless):
             # a period the question never states is the model's ("today", by default), not the user's
@@ -1287,17 +1295,25 @@ class SemanticLayer:
     def _segment_filters(self, filters: list[tuple[str, str, Any]], segments: list[str]
                          ) -> tuple[list[tuple[str, str, Any]], list[str], list[str]]:
         """An `=` filter whose value is not one of its column's declared values but names a segment
-        of the entity ("status = 'active'" where active tickets are a segment) becomes that segment.
+        of the entity ("status = 'active'" where active tickets are a segment, "role = 'c-suite'"
+        where executives are) becomes that segment.
         """
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []
         for name, op, value in filters:
             found = self._dimension(name)
+            measured = self._measure(name) if found is None else None  # "count = 'c-suite'": a word, no number
             key = fold(value) if isinstance(value, str) else None
-            if found is None or not found[3].values or op != "=" or key is None or key in _declared_words(found[3]):
+            if (found is None and measured is None) or op != "=" or key is None \
+                    or (found is not None and key in _declared_words(found[3])):
                 out.append((name, op, value))
                 continue
-            prefix, entity = found[0], found[1]
+            if found is not None:
+                prefix, entity = found[0], found[1]
+            elif measured is not None:
+                prefix, entity = name.split(".", 1)[0], measured[0]
+            else:
+                continue
             seg = next((sname for sname, sg in self.spec.entities[entity].segments.items()
                         if key in {fold(sname.replace("_", " ")), fold(sname), *map(fold, sg.synonyms)}), None)
             if seg is None or prefix != entity:
@@ -1328,6 +1344,35 @@ class SemanticLayer:
             if _names_segment(text, sname, seg):
                 out.append(f"{base}.{sname}")
         return out
+
+    def _excluded_segments(self, segments: list[str], tokens: list[str]
+                           ) -> tuple[list[str], list[tuple[str, str, Any]]]:
+        """(segments kept, filters) where a segment the question names right after an exclusion
+        word ("below the C-suite", "fora da diretoria", "except managers": within two words) is
+        the rows outside it: its one condition, inverted. A segment of several conditions stays.
+
+        Why: the model files "Below the C-suite, who has the highest approval limit?" under the
+        executives themselves, or as a role no row holds; the question asks for everyone else.
+        """
+        cues = folded_cues()
+        kept: list[str] = []
+        out: list[tuple[str, str, Any]] = []
+        for name in segments:
+            entity, _, sname = name.partition(".")
+            seg = self.spec.entities[entity].segments.get(sname) if entity in self.spec.entities else None
+            if seg is None or len(seg.where) != 1 or seg.where[0].op not in _INVERSE:
+                kept.append(name)
+                continue
+            starts = [i for w in [sname.replace("_", " "), *seg.synonyms]
+                      for i in phrase_starts(tokens, re.findall(r"\w+", fold(w)))]
+            ends = [i + len(c.split()) for c in cues.exclusions
+                    for i in phrase_starts(tokens, re.findall(r"\w+", c))]
+            if not any(0 <= at - end <= 2 for at in starts for end in ends):
+                kept.append(name)
+                continue
+            cond = seg.where[0]
+            out.append((f"{entity}.{cond.field}", _INVERSE[cond.op], cond.value))
+        return kept, out
 
     def _filtered_columns(self, filters: list[tuple[str, str, Any]]) -> set[tuple[str, str]]:
         """(entity, dimension) of each filter's column."""
@@ -1923,7 +1968,8 @@ class SemanticLayer:
         """(dimensions, order) of the one row a largest/smallest value belongs to, when the question
         asks for that row: a lone max or min measure of an entity that a singular question word
         names, with at most three words between ("which incident waited the longest", "qual foi a
-        maior despesa"). The row shows the entity's label, the dimensions the model chose ("de
+        maior despesa"), or a person cue that is a word of the entity's label ("who has the highest
+        approval limit"). The row shows the entity's label, the dimensions the model chose ("de
         quem era") and the measured column, ordered by it, one row. "What is the longest time to
         resolve" names no row after its question word: it stays the value.
         """
@@ -1939,7 +1985,8 @@ class SemanticLayer:
             return None
         words = [" ".join(fold(w).split()) for w in self._entity_words(entity)]
         singular = folded_cues().singular
-        named = False
+        # "who has the highest …" names a row of the entity whose label is the word for a person
+        named = bool(folded_cues().person & set(tokens) & {fold(w) for w in ent.dimensions[label].synonyms})
         for i, tok in enumerate(tokens):
             if tok not in singular:
                 continue
@@ -2886,6 +2933,11 @@ def _names_day(question: str, tokens: list[str]) -> bool:
     (`policies/query_cues.yaml` `day_cues`).
     """
     return bool(folded_cues().days & set(tokens)) or bool(_A_DAY.search(question))
+
+
+# each operator's opposite: a segment's one condition, inverted, is the rows outside it
+_INVERSE = {"=": "!=", "!=": "=", ">": "<=", ">=": "<", "<": ">=", "<=": ">", "in": "not_in", "not_in": "in",
+            "is_null": "not_null", "not_null": "is_null"}
 
 
 def _names_segment(text: str, name: str, seg: Segment) -> bool:
