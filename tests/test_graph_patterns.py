@@ -1116,6 +1116,22 @@ def test_the_fallback_leaves_out_or_repairs_a_condition_on_a_record_the_question
     assert said["path"] == "fallback" and said["attempts"] == 1 and said["query"] == copied
 
 
+@pytest.mark.parametrize("words", [{"Project x": ["projects"]}, {"Project": []}, {"Project": ["  "]}])
+def test_label_words_must_name_a_label_with_words(words: dict[str, list[str]], tmp_path: Path) -> None:
+    """A label that is no identifier, or one with no word, names the file and the field."""
+    message = _broken(tmp_path, lambda d: d["vocabulary"].__setitem__("label_words", words))
+    assert "label_words" in message
+
+
+def test_the_shipped_label_words_name_labels_of_the_shipped_graph() -> None:
+    """A misspelt label would never be read, and every question asking for it would fail its check."""
+    from tools.graph_tool import read_graph_schema
+
+    labels = {n.label for n in read_graph_schema(SAMPLE_DIR / "graph" / "schema.md").nodes}
+    words = load_patterns(SHIPPED).vocabulary.label_words
+    assert words and set(words) <= labels
+
+
 def test_a_fallback_query_that_reads_none_of_the_asked_records_is_found() -> None:
     """Pure logic: a label counts as read when the query writes it on a node or uses a relationship
     type that ends at it; a label is asked for only when its word follows a question word."""
