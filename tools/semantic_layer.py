@@ -1303,17 +1303,13 @@ class SemanticLayer:
         for name, op, value in filters:
             found = self._dimension(name)
             measured = self._measure(name) if found is None else None  # "count = 'c-suite'": a word, no number
+            owner = (found[0], found[1]) if found is not None else \
+                (name.split(".", 1)[0], measured[0]) if measured is not None else None
             key = fold(value) if isinstance(value, str) else None
-            if (found is None and measured is None) or op != "=" or key is None \
-                    or (found is not None and key in _declared_words(found[3])):
+            if owner is None or op != "=" or key is None or (found is not None and key in _declared_words(found[3])):
                 out.append((name, op, value))
                 continue
-            if found is not None:
-                prefix, entity = found[0], found[1]
-            elif measured is not None:
-                prefix, entity = name.split(".", 1)[0], measured[0]
-            else:
-                continue
+            prefix, entity = owner
             seg = next((sname for sname, sg in self.spec.entities[entity].segments.items()
                         if key in {fold(sname.replace("_", " ")), fold(sname), *map(fold, sg.synonyms)}), None)
             if seg is None or prefix != entity:
