@@ -20,6 +20,7 @@ import contextlib
 import re
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -276,6 +277,12 @@ def read_graph_schema(schema_md: Path = SAMPLE_DIR / "graph" / "schema.md") -> G
                        "\n".join(examples).strip())
 
 
+@lru_cache(maxsize=8)
+def _schema_version(path: Path, mtime_ns: int, size: int) -> GraphSchema:
+    """`read_graph_schema` of one version of the file (its modification time and size)."""
+    return read_graph_schema(path)
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -340,8 +347,15 @@ class GraphTool:
     # -- prompts
 
     def schema(self) -> GraphSchema:
-        """The graph schema the dataset declares (labels, relationship types and their ends)."""
-        return read_graph_schema(self.sample_dir / "graph" / "schema.md")
+        """The graph schema the dataset declares (labels, relationship types and their ends), parsed
+        once per version of the file: every prompt and every answer's label check reads it.
+        """
+        path = self.sample_dir / "graph" / "schema.md"
+        try:
+            stat = path.stat()
+        except OSError:
+            return read_graph_schema(path)  # raises with the file named
+        return _schema_version(path, stat.st_mtime_ns, stat.st_size)
 
     def schema_text(self) -> str:
         """The graph schema as the prompts show it."""

@@ -1350,7 +1350,10 @@ class SemanticLayer:
         Why: the model files "Below the C-suite, who has the highest approval limit?" under the
         executives themselves, or as a role no row holds; the question asks for everyone else.
         """
-        cues = folded_cues()
+        ends = [i + len(c.split()) for c in folded_cues().exclusions
+                for i in phrase_starts(tokens, re.findall(r"\w+", c))] if segments else []
+        if not ends:
+            return segments, []
         kept: list[str] = []
         out: list[tuple[str, str, Any]] = []
         for name in segments:
@@ -1361,8 +1364,6 @@ class SemanticLayer:
                 continue
             starts = [i for w in [sname.replace("_", " "), *seg.synonyms]
                       for i in phrase_starts(tokens, re.findall(r"\w+", fold(w)))]
-            ends = [i + len(c.split()) for c in cues.exclusions
-                    for i in phrase_starts(tokens, re.findall(r"\w+", c))]
             if not any(0 <= at - end <= 2 for at in starts for end in ends):
                 kept.append(name)
                 continue

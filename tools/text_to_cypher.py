@@ -46,20 +46,26 @@ def answer_cypher(question: str, tool: GraphTool, *, today: str, backend: str | 
 
     static = _static(tool, today)
     mended: list[str] = []
+    checked: dict[str, list[str]] = {}  # query -> its unsaid values: `generate` checks, `execute` reads
+
+    def named_in(query: str) -> list[str]:
+        if query not in checked:
+            checked[query] = unsaid(query) if unsaid is not None else []
+        return checked[query]
 
     def generate(q: str) -> str:
         cypher = structured_call("text_to_cypher", CypherAnswer, "text_to_cypher", backend=backend, usage=usage,
                                  question=q, **static).cypher
-        named = unsaid(cypher) if unsaid is not None else []
+        named = named_in(cypher)
         fixed = drop_conditions(cypher, named) if named else None
-        if fixed is not None and unsaid is not None and not unsaid(fixed):
+        if fixed is not None and not named_in(fixed):
             mended.append(f"left out the conditions on {', '.join(repr(v) for v in named)}: the question does "
                           "not name them")
             return fixed
         return cypher
 
     def execute(query: str) -> list[dict[str, Any]]:
-        named = unsaid(query) if unsaid is not None else []
+        named = named_in(query)
         if named:
             raise UnsaidValueError(f"the query names {', '.join(repr(v) for v in named)}, which the question "
                                    "does not name; leave that condition out")
