@@ -353,7 +353,10 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     (`policies/query_cues.yaml`: "the closest …" asks for one row); without the question, two.
     An answer that names no row and does not state how many there are gets the list too: the
     model misread the rows ("nenhum serviço chama o redis-cache" over the four that do); so does
-    an answer that denies (a negation word) a one-row result and names none of its cells.
+    an answer that denies (a negation word) a one-row result and names none of its cells, and one
+    that names none of the cells of a one-row result a later stage's query took a value from: that
+    row answered the question's first part ("whose is X, and what is that team's cost center?"
+    answered with the cost center alone).
     """
     from tools.semantic_layer import folded_cues
 
@@ -362,17 +365,21 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     # the last stage first: its rows answer the question (a count per service), the earlier ones
     # are the set it was computed over (the services), whose names its list then already gives
     denies = bool(folded_cues().negations & set(re.findall(r"\w+", folded)))
-    for c in reversed(contexts):
+    for at in range(len(contexts) - 1, -1, -1):
+        c = contexts[at]
         rows = [r for r in c.get("rows") or [] if isinstance(r, dict)]
-        if not (1 if denies else 2) <= len(rows) <= LIST_ROWS:
+        if not 1 <= len(rows) <= LIST_ROWS:
             continue
         labels = _labels(rows)
         named = [v for v in labels if _writes(folded, v)]
         if len(rows) == 1:
-            # one row the answer denies ("não há serviços … atingidos" over the one the graph found)
-            # and does not name: that row follows; a one-row lookup the answer reads is left alone
+            # one row the answer denies ("não há serviços … atingidos" over the one the graph found),
+            # or whose value a later stage queried by, and that the answer does not name: that row
+            # follows; a one-row lookup the answer reads is left alone
             cells = [v for v in rows[0].values() if isinstance(v, str) and v.strip()]
-            if labels and not any(_writes(folded, v) for v in cells):
+            later = " ".join(str(x.get("query") or "") for x in contexts[at + 1:])
+            handed = any(f"'{v}'" in later or f'"{v}"' in later for v in cells)
+            if labels and (denies or handed) and not any(_writes(folded, v) for v in cells):
                 answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
                 folded = fold(answer)
             continue

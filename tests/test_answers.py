@@ -256,6 +256,25 @@ def test_an_answer_that_denies_the_one_row_found_gets_it() -> None:
     assert complete_list(plain, [hit], "pt", "Que serviço o INC-9 atingiu?") == plain
 
 
+def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops_it() -> None:
+    """Written for this test: the graph found the owning team and the database took its name for
+    the cost center; an answer with the cost center alone gets the team. A one-row result no later
+    query took, or an answer that names it, is left."""
+    owner = {"backend": "graph", "query": "MATCH (t:Team)-[:OWNS_SERVICE]->(s:Service {service_id: 'svc-q'}) "
+                                          "RETURN t.name AS team", "rows": [{"team": "Equipe Q"}]}
+    center = {"backend": "sql", "query": "SELECT cost_center FROM teams WHERE name = 'Equipe Q'",
+              "rows": [{"cost_center": "CC-900"}]}
+    dropped = "O svc-q é do time que o opera; o centro de custo é CC-900."
+    question = "De quem é o svc-q e qual o centro de custo desse time?"
+    assert complete_list(dropped, [owner, center], "pt", question) == f"{dropped}\nLista completa: Equipe Q."
+    read = "O svc-q é da Equipe Q, centro de custo CC-900."
+    assert complete_list(read, [owner, center], "pt", question) == read
+    other = {**center, "query": "SELECT cost_center FROM teams WHERE name = 'Equipe R'"}
+    assert complete_list(dropped, [owner, other], "pt", question) == dropped
+    # the later stage's own row is not handed on: nothing follows it
+    assert complete_list("A Equipe Q é dona do svc-q.", [owner, center], "pt", question) == "A Equipe Q é dona do svc-q."
+
+
 @pytest.mark.parametrize("answer", [
     "web-frontend depends on api-gateway, auth-service, event-bus and redis-cache.",  # complete already
     "The closest dependency is api-gateway.",  # one named: an answer about one row, not a list

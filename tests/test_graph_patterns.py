@@ -376,12 +376,15 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
     ("on_call_roster", {"week": ["2026-W22"], "role": ["secondary"]},
      "MATCH (e:Employee)-[o:ON_CALL_FOR]->(:Service) WHERE o.week = '2026-W22' AND o.role = 'secondary' "
      "WITH DISTINCT e, o.role AS role MATCH (e)-[:BELONGS_TO]->(t:Team) RETURN t.name, e.name, role, '2026-W22'"),
-    ("on_call_of_person", {"person": "E046"},
+    ("on_call_of_person", {"person": "E046", "week": [], "role": ["primary", "secondary"]},
      "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E046' "
      "RETURN sh.week, sh.role, s.service_id"),
-    ("on_call_of_person", {"person": "E001"},
+    ("on_call_of_person", {"person": "E001", "week": [], "role": ["primary", "secondary"]},
      "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E001' "
      "RETURN sh.week, sh.role, s.service_id"),
+    ("on_call_of_person", {"person": "E040", "week": ["2026-W22", "2026-W23"], "role": ["primary"]},
+     "MATCH (e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift)-[:COVERS]->(s:Service) WHERE e.employee_id = 'E040' "
+     "AND sh.week IN ['2026-W22', '2026-W23'] AND sh.role = 'primary' RETURN sh.week, sh.role, s.service_id"),
     ("incident_services", {"incident": "INC-2080", "impact": ["primary", "downstream"], "tier": [1, 2, 3]},
      "MATCH (s:Service)<-[a:AFFECTED]-(i:Incident) WHERE i.incident_id = 'INC-2080' RETURN s.service_id, a.impact"),
     ("incident_services", {"incident": "INC-2080", "impact": ["downstream"], "tier": [1, 2, 3]},
@@ -699,6 +702,51 @@ def test_the_on_call_of_a_month_gives_the_gold_rows(engine_and_gazetteer: tuple[
     assert len({g[2] for g in gold}) > 1 and results_match(gold, ours)
     one_week = [g for g in gold if g[2] == "2026-W20"]
     assert not results_match(gold, one_week)
+
+
+@pytest.mark.parametrize(("question", "expected"), [
+    ("Quando o Rui Almeida está de plantão?", []),  # no week named: every week (an empty list)
+    ("Is Rui Almeida on call next week?", ["2026-W21"]),
+    ("O Rui Almeida fica de sobreaviso em maio?", MAY),
+])
+def test_a_persons_shifts_are_every_week_unless_the_question_names_one(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], question: str, expected: list[str]) -> None:
+    """Written for this test: "when is X on call?" is not this week's shift, and "is X on call next
+    week?" is not every shift."""
+    engine, gazetteer, sql = engine_and_gazetteer
+    filled = engine.fill(engine.patterns.pattern("on_call_of_person"), question, today=TODAY,
+                         gazetteer=gazetteer, engine=sql)
+    assert filled.problem is None and filled.values["week"] == expected
+
+
+def test_a_named_week_narrows_a_persons_shifts_to_the_gold_rows(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any], lbug_tool: GraphTool) -> None:
+    engine, _, sql = engine_and_gazetteer
+    gold_all = rows_of(lbug_tool, "MATCH (e:Employee {name: 'Rui Almeida'})-[:ASSIGNED_TO]->(sh:OnCallShift)"
+                                  "-[:COVERS]->(s:Service) RETURN sh.week, sh.role, s.service_id")
+    weeks = sorted({g[0] for g in gold_all})
+    assert len(weeks) > 1
+    attempt = engine.answer(f"Is Rui Almeida on call in {weeks[-1]}?", tool=lbug_tool, today=TODAY,
+                            usage=Usage(), backend="scripted", engine=sql)
+    assert attempt.ok and attempt.pattern == "on_call_of_person", attempt.reason
+    ours = [tuple(r.values()) for r in lbug_tool.query(inline_parameters(attempt.cypher, attempt.params))]
+    gold_week = [g[1:] for g in gold_all if g[0] == weeks[-1]]  # the week the question gave is not repeated
+    assert results_match(gold_week, ours)
+    assert not results_match([g[1:] for g in gold_all], ours)
+
+
+def test_every_week_when_unnamed_needs_a_list_and_no_default(tmp_path: Path) -> None:
+    data = yaml.safe_load(SHIPPED.read_text(encoding="utf-8"))
+    pattern = next(p for p in data["patterns"] if p["name"] == "on_call_of_person")
+    week = next(p for p in pattern["parameters"] if p["name"] == "week")
+    for change in ({"many": False}, {"default_offset": 0}):
+        broken = tmp_path / f"broken-{next(iter(change))}.yaml"
+        week_copy = {**week, **change}
+        pattern_copy = {**pattern, "parameters": [week_copy if p is week else p for p in pattern["parameters"]]}
+        broken.write_text(yaml.safe_dump({**data, "patterns": [pattern_copy if p is pattern else p
+                                                              for p in data["patterns"]]}), encoding="utf-8")
+        with pytest.raises(PolicyError, match="every_when_unnamed"):
+            load_patterns(broken)
 
 
 def test_an_entity_the_question_leaves_open_comes_from_what_an_earlier_backend_found(

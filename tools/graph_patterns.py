@@ -222,6 +222,17 @@ class WeekParam(_ParamBase):
     many: bool = Field(False, description=(
         "bind a LIST of weeks (write `x IN $name`): a named week is a list of one, a named month its ISO "
         "weeks ('who is on call in May?')"))
+    every_when_unnamed: bool = Field(False, description=(
+        "with `many` and no `default_offset`: no week named binds an EMPTY list, which the Cypher must "
+        "read as every week (write `size($name) = 0 OR x IN $name`)"))
+
+    @model_validator(mode="after")
+    def _unnamed(self) -> WeekParam:
+        # why: "when is X on call?" asks for every week and "is X on call next week?" for one, the
+        # same traversal; an empty list is the only binding that leaves the week open in both dialects
+        if self.every_when_unnamed and (not self.many or self.default_offset is not None):
+            raise ValueError("every_when_unnamed needs many: true and no default_offset")
+        return self
 
 
 Param = Annotated[IdParam | EnumParam | EntityParam | IntParam | WeekParam, Field(discriminator="kind")]
@@ -1086,7 +1097,7 @@ class PatternEngine:
                 weeks = _weeks(rest, day, vocab, raw=question)
                 if not weeks and param.default_offset is not None:
                     weeks = [_iso_week(day + timedelta(weeks=param.default_offset))]
-                if param.many and weeks:
+                if param.many and (weeks or param.every_when_unnamed):
                     filled.values[param.name] = weeks
                 elif len(weeks) == 1:
                     filled.values[param.name] = weeks[0]
