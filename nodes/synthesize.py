@@ -215,6 +215,38 @@ def clean_answer(answer: str, block: str) -> str:
     return "\n".join(ln.rstrip() for ln in text.splitlines()).strip()
 
 
+_CLAUSE_START = re.compile(r"[,;:]\s+|\s(?:and|but|e|mas)\s", re.IGNORECASE)
+
+
+def without_column_names(answer: str, contexts: list[dict[str, Any]]) -> str:
+    """The answer without the clause that writes a result column's name where its value belongs
+    ("… is Pagamentos, and its head is owner_team.name"): from the clause's start (a comma, "and",
+    "e") to the sentence's end, or the whole sentence when it is one clause. Only names that are
+    identifiers (with '.' or '_'), so a column called "team" is not taken for the word. Why: the
+    1.5B model writes the header of a column it has no value for, and the user must not see it.
+    """
+    names = {str(k) for c in contexts for r in (c.get("rows") or [])[:1] if isinstance(r, dict)
+             for k in r if re.search(r"[._]", str(k))}
+    if not names:
+        return answer
+    column = re.compile(r"(?<![\w.])`?(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                        + r")`?(?![\w])", re.IGNORECASE)
+
+    def sentence(m: re.Match[str]) -> str:
+        s = m.group(0)
+        hit = column.search(s)
+        if hit is None:
+            return s
+        starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, hit.start())]
+        if not starts:
+            return ""
+        end = s.rstrip()[-1] if s.rstrip()[-1:] in ".!?" else "."
+        return s[:starts[-1]].rstrip(" ,;:") + end + s[len(s.rstrip()):]
+
+    text = _SENTENCE.sub(sentence, answer)
+    return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip() or not ln).strip()
+
+
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s")
 
 
@@ -284,12 +316,16 @@ def _text_column(rows: list[dict[str, Any]], column: str) -> bool:
 
 
 def _label_column(rows: list[dict[str, Any]]) -> str | None:
-    """A result's first text column (ids, names): what a listing answer names."""
-    return next((c for c in rows[0] if _text_column(rows, c)), None)
+    """A result's first text column (ids, names) whose value differs between rows, else its first
+    text column: what a listing answer names. Why: a person's shifts in one week are rows of one
+    role and ten services; the role, the same in every row, names none of them.
+    """
+    texts = [c for c in rows[0] if _text_column(rows, c)]
+    return next((c for c in texts if len({str(r[c]).strip() for r in rows}) > 1), texts[0] if texts else None)
 
 
 def _labels(rows: list[dict[str, Any]]) -> list[str]:
-    """The values of a result's first text column (ids, names): what a listing answer names."""
+    """The values of a result's label column (`_label_column`): what a listing answer names."""
     column = _label_column(rows)
     return [] if column is None else list(dict.fromkeys(str(r[column]).strip() for r in rows))
 
@@ -455,7 +491,8 @@ def synthesize(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         return {"answer": say("synthesis_failed", lang), "notices": [gap] if gap else [],
                 "turn": trace("synthesize", route="answer:llm-failed", errors=[str(exc)[:200]], **usage.trace())}
     question = user_text(state)
-    listed = complete_list(stored_spelling(without_preamble(clean_answer(answer, block), question, block), answered),
+    cleaned_text = without_column_names(clean_answer(answer, block), answered)
+    listed = complete_list(stored_spelling(without_preamble(cleaned_text, question, block), answered),
                            answered, lang, question, units)
     cleaned = name_records(listed, answered, lang, question) if listed else say("no_answer", lang)
     extra: dict[str, Any] = {"sanitised": True} if cleaned != answer.strip() else {}

@@ -24,6 +24,7 @@ from nodes.synthesize import (
     render_contexts,
     stored_spelling,
     synthesize,
+    without_column_names,
     without_preamble,
 )
 from tools.llm import override_model
@@ -273,6 +274,25 @@ def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops
     assert complete_list(dropped, [owner, other], "pt", question) == dropped
     # the later stage's own row is not handed on: nothing follows it
     assert complete_list("A Equipe Q é dona do svc-q.", [owner, center], "pt", question) == "A Equipe Q é dona do svc-q."
+
+
+def test_the_list_names_the_column_that_tells_the_rows_apart() -> None:
+    """Written for this test: ten shifts of one role; the role names none of them, the services do."""
+    rows = [{"role": "secondary", "service": s} for s in ("svc-a", "svc-b", "svc-c")]
+    out = complete_list("Ela não está de plantão.", [{"backend": "graph", "rows": rows}], "pt", "Ela está de plantão?")
+    assert out.endswith("Lista completa: svc-a (secondary); svc-b (secondary); svc-c (secondary).")
+    assert not out.endswith("Lista completa: secondary.")
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ("The team that owns svc-q is Equipe Q, and its head is owner_team.name.", "The team that owns svc-q is Equipe Q."),
+    ("O time é a Equipe Q e o líder é `owner_team.name`. Mais nada.", "O time é a Equipe Q. Mais nada."),
+    ("owner_team.name is the owner.\nEquipe Q owns it.", "Equipe Q owns it."),
+    ("The team on record is Equipe Q.", "The team on record is Equipe Q."),  # a plain word "team" is no column
+])
+def test_a_clause_that_writes_a_column_name_for_its_value_goes(answer: str, expected: str) -> None:
+    contexts = [{"backend": "sql", "rows": [{"owner_team.name": "Equipe Q", "team": "Equipe Q"}]}]
+    assert without_column_names(answer, contexts) == expected
 
 
 @pytest.mark.parametrize("answer", [

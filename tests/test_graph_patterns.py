@@ -1067,6 +1067,18 @@ def _call(services: Services, question: str, profile: str = "scripted") -> tuple
     return ctx, usage
 
 
+def test_the_values_a_pattern_left_out_as_given_are_told_beside_its_rows(models_dir: None,
+                                                                       novaops_services: Services) -> None:
+    """Written for this test: the week the question gave is no column of the rows, so synthesis is
+    told it; a question that names no week keeps the week column and is told nothing more."""
+    named, _ = _call(novaops_services, "Is Rui Almeida on call in 2026-W22?")
+    assert named["path"] == "pattern:on_call_of_person" and named["rows"], named
+    assert "week" not in named["rows"][0] and named["about"].endswith("every row: week 2026-W22"), named["about"]
+    every, _ = _call(novaops_services, "Quando o Rui Almeida está de plantão?")
+    assert every["path"] == "pattern:on_call_of_person" and "week" in every["rows"][0], every
+    assert "every row" not in every["about"]
+
+
 def test_backend_tries_each_piece_of_a_joined_part(models_dir: None, novaops_services: Services) -> None:
     """A part the planner joined from two pieces ("how many X …; who …"): the piece with an
     aggregate the graph does not count is left, the piece about a relation answers. The whole

@@ -817,6 +817,7 @@ class PatternAttempt:
     ok: bool = False
     reason: str = ""
     llm_filled: list[str] = field(default_factory=list)
+    echoed: dict[str, Any] = field(default_factory=dict)  # columns left out as the one value the question gave
     clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
 
 
@@ -1233,7 +1234,9 @@ class PatternEngine:
             return attempt
         if counting:
             return self._counted(attempt, pattern, tool)
-        attempt.rows = drop_unasked_details(drop_echoed_columns(rows, attempt.params), pattern.details, question,
+        shown = drop_echoed_columns(rows, attempt.params)
+        attempt.echoed = {c: v for c, v in rows[0].items() if c not in shown[0]} if rows else {}
+        attempt.rows = drop_unasked_details(shown, pattern.details, question,
                                             bounds={n for n, v in attempt.params.items()
                                                     if not isinstance(v, list) or len(v) == 1})
         if attempt.rows is not rows:

@@ -69,7 +69,7 @@ class GraphBackend:
                     "query": inline_parameters(attempt.cypher, attempt.params),
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
-                    "about": self._about(call, str(attempt.pattern)),
+                    "about": self._about(call, str(attempt.pattern), attempt.echoed),
                     **({"clause": attempt.clause} if attempt.clause else {}), **trail}
         asked = call.whole or call.question
         run = answer_cypher(asked, tool, today=call.today, backend=call.profile, usage=call.usage,
@@ -137,14 +137,20 @@ class GraphBackend:
         return render_about(self.citation, context)
 
     @staticmethod
-    def _about(call: BackendCall, name: str) -> str:
-        """The first sentence of pattern `name`'s description ("" when it cannot be read)."""
+    def _about(call: BackendCall, name: str, echoed: dict[str, Any] | None = None) -> str:
+        """The first sentence of pattern `name`'s description ("" when it cannot be read), with the
+        values of the columns left out because every row held the one value the question gave
+        ("every row: week 2026-W21"). Why: without them, ten shifts of a person in the week asked
+        about read as rows of no week, and the model answered that the person was not on call.
+        """
         from tools.graph_patterns import PatternEngine
 
         try:
-            return PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).about()
+            about = PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).about()
         except Exception:  # noqa: BLE001 - only context for synthesis
             return ""
+        given = ", ".join(f"{column} {value}" for column, value in (echoed or {}).items())
+        return f"{about.rstrip('.')}; every row: {given}" if about and given else about
 
     def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
         """The text-to-Cypher prompt's static prefix for `today` (patterns need no call on a clear match)."""
