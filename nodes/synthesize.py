@@ -39,6 +39,7 @@ _LABEL_LINE = re.compile(r"\brows:|\(no rows\)|\bquery:|\bTraceback\b|\b\d+ resu
                          re.IGNORECASE)
 _EXCEPTION = re.compile(r"\b\w+(?:Error|Exception)\b(?::\s*[^.\n]*)?")
 _TAG = re.compile(r"\[([^\[\]\n]{1,80})\]")
+_CUT_TAG = re.compile(r"[ \t]*\[[^\[\]\n]{0,80}\Z")  # a tag the token limit cut ("… Leonardo Rocha [doc")
 _TABLE_LINE = re.compile(r"^\s*\||\S \| \S")  # a result-table line, two columns or more
 _SENTENCE = re.compile(r".+?(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)  # "23.183,12" does not end a sentence
 _CONTENT = re.compile(r"\d[\d.,]*\d|\d|[^\W\d_]{4,}")
@@ -181,7 +182,8 @@ def clean_answer(answer: str, block: str) -> str:
     - a citation tag stays only when the context shows that tag with material under it AND its
       sentence shares a word or number with that material (the answer used it); any other tag,
       invented or unused, goes;
-    - "R$" becomes the context's "US$" when the context never shows reais.
+    - "R$" becomes the context's "US$" when the context never shows reais;
+    - a tag left open at the end (the token limit cut the answer inside it) goes.
     """
     lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
@@ -207,6 +209,7 @@ def clean_answer(answer: str, block: str) -> str:
         return _TAG.sub(tag, s)
 
     text = _SENTENCE.sub(sentence, text)
+    text = _CUT_TAG.sub("", text)
     if "R$" in text and "R$" not in block and "BRL" not in block and ("US$" in block or "USD" in block):
         text = text.replace("R$", "US$")
     text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)

@@ -200,6 +200,15 @@ def test_a_tag_on_a_sentence_that_did_not_use_its_source_is_dropped() -> None:
     assert re.search(r"\[SQL\]", clean_answer("[SQL]: no data at all here.", block)) is None
 
 
+def test_a_tag_the_token_limit_cut_goes() -> None:
+    """Written for this test: the answer stopped inside a tag; a closed tag and a bracket in the
+    middle of the text stay."""
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    assert clean_answer("Carolina Mendes spent USD 23,183.12 [SQL].\n- Ana Prado [doc", block) \
+        == "Carolina Mendes spent USD 23,183.12 [SQL].\n- Ana Prado"
+    assert clean_answer("Carolina Mendes spent USD 23,183.12 [SQL].", block) == "Carolina Mendes spent USD 23,183.12 [SQL]."
+
+
 def test_a_copied_result_label_line_is_removed() -> None:
     """The model copies the context's "[SQL] 2 results:" heading: that line goes, the sentence stays."""
     block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
