@@ -225,19 +225,35 @@ def without_column_names(answer: str, contexts: list[dict[str, Any]]) -> str:
     """The answer without the clause that writes a result column's name where its value belongs
     ("… is Pagamentos, and its head is owner_team.name"): from the clause's start (a comma, "and",
     "e") to the sentence's end, or the whole sentence when it is one clause. Only names that are
-    identifiers (with '.' or '_'), so a column called "team" is not taken for the word. Why: the
-    1.5B model writes the header of a column it has no value for, and the user must not see it.
+    identifiers (with '.' or '_'), so a column called "team" is not taken for the word, and only
+    where the sentence writes none of that column's values. Why: the 1.5B model writes the header
+    of a column it has no value for, and the user must not see it.
     """
-    names = {str(k) for c in contexts for r in (c.get("rows") or [])[:1] if isinstance(r, dict)
-             for k in r if re.search(r"[._]", str(k))}
-    if not names:
+    values: dict[str, set[str]] = {}
+    nested: set[str] = set()  # a column of lists or records (an API's open incidents) is left alone
+    for c in contexts:
+        for r in c.get("rows") or []:
+            for k, v in (r.items() if isinstance(r, dict) else ()):
+                if re.search(r"[._]", str(k)):
+                    values.setdefault(str(k).casefold(), set()).add(str(v).strip())
+                    if isinstance(v, (list, tuple, dict)):
+                        nested.add(str(k).casefold())
+    values = {k: v for k, v in values.items() if k not in nested}
+    if not values:
         return answer
-    column = re.compile(r"(?<![\w.])`?(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    column = re.compile(r"(?<![\w.])`?(" + "|".join(re.escape(n) for n in sorted(values, key=len, reverse=True))
                         + r")`?(?![\w])", re.IGNORECASE)
 
     def sentence(m: re.Match[str]) -> str:
         s = m.group(0)
-        hit = column.search(s)
+        def clause(h: re.Match[str]) -> str:
+            starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, h.start())]
+            after = next((c.start() for c in _CLAUSE_START.finditer(s, h.end()) if c.group(0).strip() != ":"), len(s))
+            return s[starts[-1] if starts else 0:after]
+
+        # a name beside one of its values is a label the model copied ("incident_id: INC-2080"), not a gap
+        hit = next((h for h in column.finditer(s)
+                    if not any(v and _writes(fold(clause(h)), v) for v in values[h.group(1).casefold()])), None)
         if hit is None:
             return s
         starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, hit.start())]

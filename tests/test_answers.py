@@ -298,10 +298,18 @@ def test_the_list_names_the_column_that_tells_the_rows_apart() -> None:
     ("O time é a Equipe Q e o líder é `owner_team.name`. Mais nada.", "O time é a Equipe Q. Mais nada."),
     ("owner_team.name is the owner.\nEquipe Q owns it.", "Equipe Q owns it."),
     ("The team on record is Equipe Q.", "The team on record is Equipe Q."),  # a plain word "team" is no column
+    ("owner_team.name: Equipe Q.", "owner_team.name: Equipe Q."),  # beside its value: a copied label, no gap
 ])
 def test_a_clause_that_writes_a_column_name_for_its_value_goes(answer: str, expected: str) -> None:
     contexts = [{"backend": "sql", "rows": [{"owner_team.name": "Equipe Q", "team": "Equipe Q"}]}]
     assert without_column_names(answer, contexts) == expected
+
+
+def test_a_column_of_lists_is_left_to_the_answer() -> None:
+    """An API's open incidents are a list per row: the line that copies them stays."""
+    contexts = [{"backend": "api", "rows": [{"open_incidents": [{"incident_id": "INC-9"}]}]}]
+    line = "open_incidents: INC-9 (SEV2)."
+    assert without_column_names(line, contexts) == line
 
 
 @pytest.mark.parametrize("answer", [
