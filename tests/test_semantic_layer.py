@@ -1090,6 +1090,37 @@ def test_settle_lists_what_the_model_chose_to_show_instead_of_a_count_per_row(la
     assert results_match(gold, ours, strict=True) and not results_match(gold, unsettled, strict=True)
 
 
+def test_settle_lists_the_records_a_question_asks_for_instead_of_a_sum(layer: SemanticLayer, tool: SQLTool,
+                                                                      novaops: Path) -> None:
+    """Written for this test: "Quais despesas acima de 1500 dólares foram rejeitadas?" filled as a
+    sum per category answers with figures nobody asked for: the expenses themselves, with their
+    amounts, are the answer."""
+    filled = {"measures": ["expenses.sum_amount_usd"], "dimensions": ["expenses.category"],
+              "filters": [{"field": "expenses.amount_usd", "op": ">", "value": 1500},
+                          {"field": "expenses.status", "op": "=", "value": "rejected"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quais despesas acima de 1500 dólares foram rejeitadas?")
+    assert settled.measures == [] and "expenses.expense_id" in settled.dimensions
+    assert any("asks which expenses" in n for n in notes)
+    gold = _rows(novaops, "SELECT expense_id, amount_usd FROM expenses WHERE status = 'rejected' AND amount_usd > 1500")
+    assert len(gold) > 1, "one row or none proves nothing"
+    ours = _answer(layer, tool, settled)
+    unsettled = _answer(layer, tool, layer.parse(filled))
+    assert results_match(gold, ours) and not results_match(gold, unsettled)
+
+
+@pytest.mark.parametrize("question", [
+    "Qual o valor total das despesas rejeitadas acima de 1500 dólares?",  # the aggregate said
+    "Qual é o gasto em despesas rejeitadas acima de 1500 dólares?",  # no plural word for the records
+    "Quais despesas rejeitadas acima de 1500 dólares somam mais, por categoria?",  # a breakdown word
+])
+def test_settle_keeps_a_sum_the_question_asks_for(question: str, layer: SemanticLayer) -> None:
+    filled = {"measures": ["expenses.sum_amount_usd"], "dimensions": ["expenses.category"],
+              "filters": [{"field": "expenses.amount_usd", "op": ">", "value": 1500},
+                          {"field": "expenses.status", "op": "=", "value": "rejected"}]}
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == ["expenses.sum_amount_usd"], notes
+
+
 @pytest.mark.parametrize("question", [
     "Quantos chamados abertos não são atualizados desde antes de 2026-03?",  # a count word
     "Which service has the most open tickets?",  # a superlative

@@ -57,7 +57,7 @@ from tools.semantic_model import (
 from tools.sql_mend import Scale, mend, scale_side, scales_of
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import MONTHS, fold, phrase_starts
+from tramita.base.text import MONTHS, asked_after_opener, fold, phrase_starts
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -937,6 +937,12 @@ class SemanticLayer:
                 measures = [x for x in measures if x != m]
                 order = [(f, d) for f, d in order if f != m]
                 dropped.append(f"{m} (an aggregate of the column it is grouped by: each row's own value)")
+        records = self._records_asked(q, measures, kept, limit, tokens, text)
+        if records is not None:  # "quais despesas … estão pendentes?" filled as a sum per category: the expenses
+            dropped.append(f"{', '.join(measures)} (the question asks which {measures[0].split('.', 1)[0]}: "
+                           f"the rows, {', '.join(records)})")
+            measures, kept = [], records
+            order = [(f, d) for f, d in order if f not in self.measure_names]
         record = self._extreme_record(measures, kept, tokens)
         if record is not None:  # "which expense was the largest" is that expense, not the amount alone
             dropped.append(f"{measures[0]} (the question asks which {measures[0].split('.', 1)[0]} has it: "
@@ -1527,6 +1533,39 @@ class SemanticLayer:
             if label is not None:
                 return f"{role}.{label}"
         return name
+
+    def _records_asked(self, q: QueryObject, measures: list[str], kept: list[str], limit: int | None,
+                       tokens: list[str], text: str) -> list[str] | None:
+        """The columns that list the records a question asks for by their entity's word right after
+        a question word ("quais despesas acima de 1000 estão pendentes?"), when the model filled
+        sums or averages of that entity's columns instead: each record's label, the
+        dimensions the model chose, and the measured columns as each row's own values. The word must
+        be a plural ("qual é o orçamento do time?" asks for a value). None when a measure is a count
+        (`_rows_behind` lists those) or an extreme (a ranking), the measures are of several entities,
+        or the question asks for a number, a ranking or the aggregate itself.
+
+        Why: the 1.5B model answered that question with a sum per category and date; the user
+        asked which expenses.
+        """
+        if not measures or limit is not None:
+            return None
+        found = [self._measure(m) for m in measures]
+        entities = {f[0] for f in found if f is not None}
+        # extremes are rankings ("which incidents took longest"), which `_extreme_record` reads
+        if any(f is None or f[2].agg not in ("sum", "avg") or not f[2].column for f in found) or len(entities) != 1:
+            return None
+        entity = next(iter(entities))
+        synonyms = [w for f in found if f is not None for w in f[2].synonyms]
+        # a plural word for the records ("quais despesas"): "qual é o orçamento do time?" asks for a value
+        asked = [w for w in asked_after_opener(text, self._entity_words(entity)) if fold(w).endswith("s")]
+        if not asked or ranking_words(tokens) or _asks_number(tokens, text, synonyms) \
+                or any(self._aggregation_said(m, tokens) for m in measures):
+            return None
+        label = self._label(entity)
+        columns = [f"{entity}.{f[2].column}" for f in found if f is not None]
+        rows = [d for d in dict.fromkeys([*([f"{entity}.{label}"] if label else []), *kept, *columns])
+                if d in self.dimension_names]
+        return rows if rows and self._lists(q, rows) else None
 
     def _label(self, entity: str) -> str | None:
         """The column that names a row of `entity`: the first drill member of its count."""
