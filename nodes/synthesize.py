@@ -246,21 +246,18 @@ def without_column_names(answer: str, contexts: list[dict[str, Any]]) -> str:
 
     def sentence(m: re.Match[str]) -> str:
         s = m.group(0)
-        def clause(h: re.Match[str]) -> str:
-            starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, h.start())]
-            after = next((c.start() for c in _CLAUSE_START.finditer(s, h.end()) if c.group(0).strip() != ":"), len(s))
-            return s[starts[-1] if starts else 0:after]
-
-        # a name beside one of its values is a label the model copied ("incident_id: INC-2080"), not a gap
-        hit = next((h for h in column.finditer(s)
-                    if not any(v and _writes(fold(clause(h)), v) for v in values[h.group(1).casefold()])), None)
-        if hit is None:
-            return s
-        starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, hit.start())]
-        if not starts:
-            return ""
-        end = s.rstrip()[-1] if s.rstrip()[-1:] in ".!?" else "."
-        return s[:starts[-1]].rstrip(" ,;:") + end + s[len(s.rstrip()):]
+        for hit in column.finditer(s):
+            starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, hit.start())]
+            after = next((c.start() for c in _CLAUSE_START.finditer(s, hit.end()) if c.group(0).strip() != ":"), len(s))
+            clause = fold(s[starts[-1] if starts else 0:after])
+            # a name beside one of its values is a label the model copied ("incident_id: INC-2080"), not a gap
+            if any(v and _writes(clause, v) for v in values[hit.group(1).casefold()]):
+                continue
+            if not starts:
+                return ""
+            end = s.rstrip()[-1] if s.rstrip()[-1:] in ".!?" else "."
+            return s[:starts[-1]].rstrip(" ,;:") + end + s[len(s.rstrip()):]
+        return s
 
     text = _SENTENCE.sub(sentence, answer)
     return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip() or not ln).strip()

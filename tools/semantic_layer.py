@@ -1550,19 +1550,21 @@ class SemanticLayer:
         if not measures or limit is not None:
             return None
         found = [self._measure(m) for m in measures]
-        entities = {f[0] for f in found if f is not None}
+        measured = [f for f in found if f is not None]
+        entities = {f[0] for f in measured}
         # extremes are rankings ("which incidents took longest"), which `_extreme_record` reads
-        if any(f is None or f[2].agg not in ("sum", "avg") or not f[2].column for f in found) or len(entities) != 1:
+        if len(measured) < len(found) or any(f[2].agg not in ("sum", "avg") or not f[2].column for f in measured) \
+                or len(entities) != 1:
             return None
         entity = next(iter(entities))
-        synonyms = [w for f in found if f is not None for w in f[2].synonyms]
+        synonyms = [w for f in measured for w in f[2].synonyms]
         # a plural word for the records ("quais despesas"): "qual é o orçamento do time?" asks for a value
         asked = [w for w in asked_after_opener(text, self._entity_words(entity)) if fold(w).endswith("s")]
         if not asked or ranking_words(tokens) or _asks_number(tokens, text, synonyms) \
                 or any(self._aggregation_said(m, tokens) for m in measures):
             return None
         label = self._label(entity)
-        columns = [f"{entity}.{f[2].column}" for f in found if f is not None]
+        columns = [f"{entity}.{f[2].column}" for f in measured]
         rows = [d for d in dict.fromkeys([*([f"{entity}.{label}"] if label else []), *kept, *columns])
                 if d in self.dimension_names]
         return rows if rows and self._lists(q, rows) else None
