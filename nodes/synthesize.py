@@ -153,13 +153,15 @@ def _table_as_list(lines: list[str]) -> list[str]:
     header line (the column names, often in parentheses) left out.
     """
     out = []
-    for i, ln in enumerate(lines):
+    header = True
+    for ln in lines:
         if not _TABLE_LINE.search(ln):
             out.append(ln)
             continue
         cells = [c.strip() for c in ln.strip().strip("()").split("|") if c.strip()]
-        if i == 0 or ln.strip().startswith("("):
-            continue  # the header: column names, not data
+        if header or ln.strip().startswith("(") or all(re.fullmatch(r":?-+:?", c) for c in cells):
+            header = False
+            continue  # the header (column names, not data) and a markdown rule under it
         out.append("- " + ", ".join(cells))
     return out
 
@@ -178,7 +180,8 @@ def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
     - lines carrying a context label (`rows:`, `(no rows)`, `query:`) or a traceback go, and so
-      does exception text (`SomethingError: …`), and result-table lines copied verbatim;
+      does exception text (`SomethingError: …`), and result-table lines copied verbatim, unless
+      the prose beside them says nothing the context holds: then the table's rows are the answer;
     - a citation tag stays only when the context shows that tag with material under it AND its
       sentence shares a word or number with that material (the answer used it); any other tag,
       invented or unused, goes;
@@ -187,7 +190,9 @@ def clean_answer(answer: str, block: str) -> str:
     """
     lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
-    text = "\n".join(kept if any(k.strip() for k in kept) else _table_as_list(lines))
+    # prose that says nothing the context holds ("Here is the answer:") only introduced the table
+    says = _content("\n".join(kept)) & _content(block)
+    text = "\n".join(kept if says or len(kept) == len(lines) else _table_as_list(lines))
     text = _EXCEPTION.sub("", text)
     sources = _tags_by_context(block)
     shown = {tag: _content(body) for tag, body in sources.items()}
@@ -396,6 +401,24 @@ def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lan
     return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
 
 
+def _figure_written(answer: str, value: Any) -> bool:
+    """Whether `answer` writes the number `value` (to two decimals), in either language's marks
+    ("1.478,93" or "1,478.93"); False for a value that is no number.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return False
+    target = round(Decimal(str(value)), 2)
+    for raw in _NUMBER.findall(answer):
+        raw = raw.strip(".,")
+        for thousands, mark in ((".", ","), (",", ".")):
+            try:
+                if round(Decimal(raw.replace(thousands, "").replace(mark, ".")), 2) == target:
+                    return True
+            except ArithmeticError:
+                continue
+    return False
+
+
 def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, question: str | None = None,
                   units: Mapping[str, str] | None = None) -> str:
     """The answer, plus the full list when it names some rows of a short query result but not all
@@ -408,7 +431,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     an answer that denies (a negation word) a one-row result and names none of its cells, and one
     that names none of the cells of a one-row result a later stage's query took a value from: that
     row answered the question's first part ("whose is X, and what is that team's cost center?"
-    answered with the cost center alone).
+    answered with the cost center alone); so does a one-row result whose cells and figures the
+    answer writes none of (it only announced an answer it then did not give).
     """
     from tools.semantic_layer import folded_cues
 
@@ -431,8 +455,11 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             cells = [v for v in rows[0].values() if isinstance(v, str) and v.strip()]
             later = " ".join(str(x.get("query") or "") for x in contexts[at + 1:])
             handed = any(f"'{v}'" in later or f'"{v}"' in later for v in cells)
-            if labels and (denies or handed) and not any(_writes(folded, v) for v in cells):
-                answer = f"{answer}\n{say('full_list', lang, items=', '.join(labels))}"
+            # nor a figure of it: the answer did not read the row at all ("Here is the answer:")
+            unread = not any(_figure_written(answer, v) for v in rows[0].values())
+            if labels and (denies or handed or unread) and not any(_writes(folded, v) for v in cells):
+                figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
+                answer = f"{answer}\n{say('full_list', lang, items=', '.join(figures or labels))}"
                 folded = fold(answer)
             continue
         # none named and no count of them stated: the answer did not read the result ("no service

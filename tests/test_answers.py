@@ -262,8 +262,23 @@ def test_an_answer_that_denies_the_one_row_found_gets_it() -> None:
         == f"{denied}\nLista completa: svc-q."
     read = "Ana Prado comandou o INC-9 e não houve outro comandante."
     assert complete_list(read, [lookup], "pt", "Quem comandou o INC-9?") == read
-    plain = "O INC-9 atingiu um serviço."
+    plain = "O INC-9 atingiu o svc-q."
     assert complete_list(plain, [hit], "pt", "Que serviço o INC-9 atingiu?") == plain
+
+
+def test_a_one_row_result_the_answer_does_not_read_follows_with_its_figure() -> None:
+    """Written for this test: the model announced an answer ("Here it is:") and gave none, or wrote
+    around the row; the row follows with its one figure. An answer that writes the name, or only
+    the figure (in either language's marks), read the row and is left."""
+    top = {"backend": "sql", "query": "SELECT a.full_name, COUNT(*) AS n FROM x JOIN a ON 1 GROUP BY a.full_name",
+           "rows": [{"approver.full_name": "Ana Prado", "expenses.count": 12345}]}
+    question = "Quem mais aprovou despesas?"
+    assert complete_list("Aqui está a resposta:", [top], "pt", question) == "Aqui está a resposta:\nLista completa: Ana Prado (12.345)."
+    assert complete_list("O INC-9 atingiu um serviço.", [{"backend": "graph", "rows": [{"service": "svc-q"}]}], "pt",
+                         "Que serviço o INC-9 atingiu?") == "O INC-9 atingiu um serviço.\nLista completa: svc-q."
+    for read in ("Ana Prado aprovou mais.", "Foram 12.345 despesas.", "There were 12,345 of them."):
+        assert complete_list(read, [top], "pt", question) == read
+    assert complete_list("Foram 12.354 despesas.", [top], "pt", question).endswith("Lista completa: Ana Prado (12.345).")
 
 
 def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops_it() -> None:
@@ -279,10 +294,12 @@ def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops
     assert complete_list(dropped, [owner, center], "pt", question) == f"{dropped}\nLista completa: Equipe Q."
     read = "O svc-q é da Equipe Q, centro de custo CC-900."
     assert complete_list(read, [owner, center], "pt", question) == read
+    # no later query took it: it follows all the same, since the answer reads none of its row
     other = {**center, "query": "SELECT cost_center FROM teams WHERE name = 'Equipe R'"}
-    assert complete_list(dropped, [owner, other], "pt", question) == dropped
-    # the later stage's own row is not handed on: nothing follows it
-    assert complete_list("A Equipe Q é dona do svc-q.", [owner, center], "pt", question) == "A Equipe Q é dona do svc-q."
+    assert complete_list(dropped, [owner, other], "pt", question) == f"{dropped}\nLista completa: Equipe Q."
+    # the later stage's row, which the answer does not read either, follows too
+    assert complete_list("A Equipe Q é dona do svc-q.", [owner, center], "pt", question) \
+        == "A Equipe Q é dona do svc-q.\nLista completa: CC-900."
 
 
 def test_the_list_names_the_column_that_tells_the_rows_apart() -> None:
@@ -365,6 +382,18 @@ def test_an_answer_that_is_only_a_copied_table_becomes_a_plain_list() -> None:
     cleaned = clean_answer("(manager | role | distance)\nAna Lima | Engineering Manager | 1\nRui Sá | CTO | 2", block)
     assert cleaned == "- Ana Lima, Engineering Manager, 1\n- Rui Sá, CTO, 2"
     assert not leaks(cleaned)
+
+
+def test_a_table_under_a_line_that_only_announces_it_is_the_answer() -> None:
+    """"Here is the answer:" over a markdown table said nothing; dropping the table left only that
+    line. The rows become the list, without the header or the rule under it."""
+    block = render_contexts([SQL_TOTAL], "pt", {"amount_usd": "USD"})
+    cleaned = clean_answer("Aqui está a resposta em português:\n\n| full_name | total |\n|---|---|\n"
+                           "| Carolina Mendes | 23183.12 |", block)
+    assert cleaned.endswith("- Carolina Mendes, 23183.12") and "---" not in cleaned and "full_name" not in cleaned
+    # prose that says what the context holds is the answer, and the copied table still goes
+    said = clean_answer("Carolina Mendes gastou mais.\n| full_name | total |\n| Carolina Mendes | 23183.12 |", block)
+    assert said == "Carolina Mendes gastou mais."
 
 
 def test_a_copied_api_label_line_is_removed() -> None:

@@ -160,6 +160,8 @@ def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_servi
     assert ctx["path"] == "semantic:pattern:direct_reports" and usage.calls == 0 and ctx["error"] is None
     assert [r["employees.full_name"] for r in ctx["rows"]] == ["Bianca Torres", "João Pedro Sousa", "Lucas Oliveira",
                                                                 "Rafael Monteiro"]
+    # whom the rows are of, spelt as the question wrote it: the rows alone do not say the manager
+    assert ctx["about"].endswith("; manager: Juliana Costa"), ctx["about"]
     ctx, _ = run("Who is on the Zero Trust Access project, and in which role?")
     assert ctx["path"] == "semantic:pattern:project_members"
     assert {(r["employee.full_name"], r["project_members.role"]) for r in ctx["rows"]} >= {("Catarina Lobo", "lead")}

@@ -656,6 +656,61 @@ def test_a_date_value_in_the_users_words_reads_as_its_period(layer: SemanticLaye
         assert kept.filters == layer.parse(today).filters, named_day  # a day said, or two periods: untouched
 
 
+def test_a_day_written_on_a_column_of_no_date_is_the_period_the_question_names(layer: SemanticLayer, tool: SQLTool,
+                                                                              novaops: Path) -> None:
+    """Written for this test: "quem aprovou mais despesas em 2026?" filled with today's date as the
+    approver's id; settle then drops it as a value nobody said, and the year with it. The year is
+    the user's, on the expenses' date. No period named, two periods, or a date filter already
+    there: untouched."""
+    filled = {"measures": ["expenses.count"], "dimensions": ["approver.full_name"],
+              "filters": [{"field": "expenses.approver_id", "op": "=", "value": "2026-05-15"}],
+              "order": [{"field": "expenses.count", "direction": "desc"}], "limit": 1}
+    read, notes = layer.read_periods(layer.parse(filled), "Quem aprovou mais despesas em 2026?", "2026-05-15")
+    assert read.filters == [("expenses.expense_date", "=", "2026")] and "the period the question names" in notes[0]
+    gold = _rows(novaops, "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e "
+                          "ON e.employee_id = x.approver_id WHERE x.expense_date >= '2026-01-01' "
+                          "AND x.expense_date < '2027-01-01' GROUP BY e.full_name ORDER BY n DESC LIMIT 1")
+    everyone = _rows(novaops, "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e "
+                              "ON e.employee_id = x.approver_id GROUP BY e.full_name ORDER BY n DESC LIMIT 1")
+    assert gold != everyone, "the year must change the answer"
+    assert results_match(gold, _answer(layer, tool, read), strict=True)
+    for other in ("Quem aprovou mais despesas?", "Quem aprovou mais despesas em 2025 ou 2026?"):
+        assert layer.read_periods(layer.parse(filled), other, "2026-05-15")[0].filters == layer.parse(filled).filters
+    dated = {**filled, "filters": [*filled["filters"], {"field": "expenses.decided_at", "op": "=", "value": "2026"}]}
+    assert layer.read_periods(layer.parse(dated), "Quem aprovou mais despesas em 2026?", "2026-05-15")[0].filters \
+        == layer.parse(dated).filters
+
+
+def test_settle_counts_the_records_a_question_ranks_by_how_many(layer: SemanticLayer, tool: SQLTool,
+                                                                novaops: Path) -> None:
+    """Written for this test: "who approved the most expenses?" filled with the largest amount per
+    approver answers whoever approved one big claim; the question ranks by how many."""
+    filled = {"measures": ["expenses.max_amount_usd"], "dimensions": ["approver.full_name"],
+              "order": [{"field": "expenses.max_amount_usd", "direction": "desc"}], "limit": 1}
+    for question in ("Who approved the most expenses?", "Quem mais aprovou despesas?", "Quem aprovou menos despesas?"):
+        settled, notes = layer.settle(layer.parse(filled), question)
+        assert settled.measures == ["expenses.count"] and settled.order[0][0] == "expenses.count", (question, notes)
+    settled, _ = layer.settle(layer.parse(filled), "Who approved the most expenses?")
+    gold = _rows(novaops, "SELECT e.full_name, COUNT(*) AS n FROM expenses x JOIN employees e "
+                          "ON e.employee_id = x.approver_id WHERE x.status = 'approved' "
+                          "GROUP BY e.full_name ORDER BY n DESC LIMIT 1")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    assert not results_match(gold, _answer(layer, tool, layer.parse(filled)), strict=True)
+
+
+@pytest.mark.parametrize("question", [
+    "Quem gastou mais em despesas?",  # an amount spent on them
+    "Which employee spent the most on expenses?",
+    "Whose expenses have the most total amount?",  # the aggregation said
+    "Qual a maior despesa de cada aprovador?",  # a superlative of the amount
+])
+def test_settle_keeps_an_amount_the_question_ranks_by(question: str, layer: SemanticLayer) -> None:
+    filled = {"measures": ["expenses.sum_amount_usd"], "dimensions": ["employees.full_name"],
+              "order": [{"field": "expenses.sum_amount_usd", "direction": "desc"}], "limit": 1}
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == ["expenses.sum_amount_usd"], notes
+
+
 @pytest.mark.parametrize(("question", "op", "value"), [
     ("quanto foi gasto em hardware em 2025?", "=", "2025"),
     ("hardware spend since March", ">=", "2026-03"),

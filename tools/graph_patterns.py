@@ -821,6 +821,11 @@ class PatternAttempt:
     clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
 
 
+def _keys_of(value: Any) -> set[str]:
+    """A filled parameter's keys as text: one value, or each of a list's."""
+    return {str(v) for v in value} if isinstance(value, list | tuple) else {str(value)}
+
+
 @dataclass(frozen=True)
 class MirroredQuery:
     """A mirrored pattern's relation as a semantic query object, and the words its parameters took."""
@@ -1316,7 +1321,13 @@ class PatternEngine:
                  "filters": [{"field": form.keys[p.name], "op": "in" if isinstance(v, list) else "=", "value": v}
                              for p in pattern.parameters if p.name in form.keys for v in [filled.values[p.name]]],
                  "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
-        return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), pattern.about())
+        # whom the rows are of, as the question wrote it: without it the model read "the people who
+        # report to one manager" over five names as the manager reporting to the first of them
+        given = [f"{p.name}: {span_of(question, m.surface) or m.surface}" for p in pattern.parameters
+                 if p.name in filled.values for m in mentions if m.value in _keys_of(filled.values[p.name])]
+        about = pattern.about()
+        about = f"{about.rstrip('.')}; {', '.join(given)}" if about and given else about
+        return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), about)
 
     def names_closure(self, question: str) -> bool:
         """Whether the question's words take a pattern's depth to its whole range ("direta ou

@@ -161,6 +161,12 @@ class QueryCues(BaseModel):
         default_factory=dict, description="a preposition -> its forms joined with an article (em: no, na, nos)")
     open_ended: dict[str, list[str]] = Field(
         default_factory=dict, description="phrases that bound nothing in time: every row up to now (so far, até hoje)")
+    count_superlatives: dict[str, list[str]] = Field(
+        default_factory=dict, description="superlatives that, before the records' plural word, rank by how many "
+                                          "(most, mais)")
+    measure_prepositions: dict[str, list[str]] = Field(
+        default_factory=dict, description="words between such a superlative and the records' word that make it an "
+                                          "amount (on, em)")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -204,6 +210,8 @@ class FoldedCues:
     contractions: dict[str, frozenset[str]] = field(default_factory=dict)  # "em" -> {"no", "na", ...}
     open_ended: tuple[str, ...] = ()  # "so far", "ate hoje": folded phrases that place nothing in time
     exclusions: tuple[str, ...] = ()  # "below", "fora do": folded phrases before a segment's word, its outside
+    count_superlatives: frozenset[str] = frozenset()  # "most", "mais": before the records' word, a count
+    measure_prepositions: frozenset[str] = frozenset()  # "on", "em": between them, an amount
 
 
 @lru_cache(maxsize=4)
@@ -232,7 +240,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       {fold(w): n for table in f.number_words.values() for w, n in table.items()},
                       {fold(p): frozenset(map(fold, forms)) for p, forms in f.contractions.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
-                      tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws))
+                      tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws),
+                      words(f.count_superlatives), words(f.measure_prepositions))
 
 
 class SemanticQueryError(ValueError):
@@ -919,7 +928,8 @@ class SemanticLayer:
                     spared[name] = reason
         kept += [d for d in dict.fromkeys(shown) if d not in kept and d in self.dimension_names]
         measures, swapped = self._asked_measures(q.measures, text)
-        dropped += swapped
+        measures, by_count = self._most_records(measures, tokens, text)
+        dropped += swapped + by_count
         renamed = dict(zip(q.measures, measures, strict=True))
         order = [(renamed.get(f, f), d) for f, d in q.order if f not in gone]
         limit = q.limit
@@ -1178,7 +1188,15 @@ class SemanticLayer:
 
         filters: list[tuple[str, str, Any]] = []
         notes: list[str] = []
+        # a day the model wrote on a column of no date ("approver_id = today") where the question
+        # names one period and no date filter holds it: the user's period, on the query's date column
+        moved = self._period_column(q) if lone is not None and not any(self._dated(f) for f, _, _ in q.filters) \
+            else None
         for f, op, v in q.filters:
+            if moved is not None and not self._dated(f) and op == "=" and isinstance(v, str) \
+                    and _DAY.fullmatch(v.strip()):
+                notes.append(f"filter {f} {op} {v!r} read as {moved} = {lone!r} (the period the question names)")
+                f, v, moved = moved, lone, None
             new = ([read(x) for x in v] if isinstance(v, list) else read(v)) if self._dated(f) else v
             if new != v:
                 notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
@@ -1188,6 +1206,13 @@ class SemanticLayer:
             return q, []
         return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
                            list(q.order), q.limit), notes
+
+    def _period_column(self, q: QueryObject) -> str | None:
+        """The period dimension of the entity the query counts, or lists; None when it has none."""
+        owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
+            (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
+        when = self.spec.entities[owner].period_dimension() if owner is not None else None
+        return f"{owner}.{when}" if when is not None else None
 
     def read_durations(self, q: QueryObject, question: str, today: str) -> tuple[QueryObject, list[str]]:
         """A span counted back from today that the question names ("nos últimos 30 dias", "more
@@ -1203,11 +1228,8 @@ class SemanticLayer:
         words, op, day = found[0]
         dated = [f for f, _, _ in q.filters if self._dated(f)]
         column = dated[0] if dated else None
-        if column is None:  # the period dimension of the entity the query counts, or lists
-            owner = next((f[0] for f in map(self._measure, q.measures) if f is not None), None) or next(
-                (d[1] for d in map(self._dimension, q.dimensions) if d is not None), None)
-            when = self.spec.entities[owner].period_dimension() if owner is not None else None
-            column = f"{owner}.{when}" if when is not None else None
+        if column is None:
+            column = self._period_column(q)
         if column is None:
             return q, []
         rest = " " + " ".join(fold(question).replace(words, " ").split()) + " "  # the question less the span
@@ -1660,6 +1682,36 @@ class SemanticLayer:
             out.append(f"{found[0]}.{sibling}" if found is not None and sibling else name)
             if sibling:
                 notes.append(f"{name} (the question asks for {want}: {out[-1]})")
+        return out, notes
+
+    def _most_records(self, measures: list[str], tokens: list[str], text: str) -> tuple[list[str], list[str]]:
+        """The measures with the entity's count swapped in for a sum, average or extreme of its
+        column when the question ranks by how many of its records ("who approved the most
+        expenses", "quem mais aprovou despesas"): a count superlative (`count_superlatives`) right
+        before the entity's plural word, one word between at most and none of
+        `measure_prepositions` ("gastou mais em despesas" is an amount). Left as it is when the
+        question names the measure, its column or its aggregation.
+
+        Why: the 1.5B model filled "who approved the most expenses" with the largest amount.
+        """
+        cues = folded_cues()
+        out: list[str] = []
+        notes: list[str] = []
+        for name in measures:
+            found = self._measure(name)
+            count = None
+            if found is not None and found[2].column and found[2].agg in ("sum", "avg", "min", "max") \
+                    and not self._column_said(found[0], name.partition(".")[2], text) \
+                    and not any(phrase_starts(tokens, w) for w in cues.aggregations.get(found[2].agg, ())):
+                plural = {fold(w) for w in self._entity_words(found[0]) if fold(w).endswith("s") and " " not in w}
+                ranked = any(tok in cues.count_superlatives and any(
+                    after in plural and not set(tokens[i + 1:j]) & cues.measure_prepositions
+                    for j, after in enumerate(tokens[i + 1:i + 3], start=i + 1)) for i, tok in enumerate(tokens))
+                count = next((n for n, m in found[1].measures.items() if m.agg == "count" and not m.column), None) \
+                    if ranked else None
+            out.append(f"{found[0]}.{count}" if found is not None and count else name)
+            if count:
+                notes.append(f"{name} (the question ranks by how many {found[0] if found else ''}: {out[-1]})")
         return out, notes
 
     def _named_columns(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
