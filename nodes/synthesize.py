@@ -294,6 +294,7 @@ def without_preamble(answer: str, question: str, block: str) -> str:
     return "\n".join(lines).strip() or answer.strip()
 
 
+_DATED = re.compile(r"\d{4}-\d{2}")  # a date or timestamp cell: when a row was read, not what it is
 _SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)+")
 _ID_COLUMN = re.compile(r"(^|[._])(\w+_)?(id|code)$", re.IGNORECASE)
 
@@ -455,8 +456,10 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             cells = [v for v in rows[0].values() if isinstance(v, str) and v.strip()]
             later = " ".join(str(x.get("query") or "") for x in contexts[at + 1:])
             handed = any(f"'{v}'" in later or f'"{v}"' in later for v in cells)
-            # nor a figure of it: the answer did not read the row at all ("Here is the answer:")
-            unread = not any(_figure_written(answer, v) for v in rows[0].values())
+            # nor a figure of it: the answer did not read the row at all ("Here is the answer:"); a
+            # row of lists or records (an API's report) or named by a date is no answer to list
+            unread = not any(_figure_written(answer, v) for v in rows[0].values()) and not any(
+                isinstance(v, list | tuple | dict) for v in rows[0].values()) and not _DATED.match(labels[0] if labels else "")
             if labels and (denies or handed or unread) and not any(_writes(folded, v) for v in cells):
                 figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
                 answer = f"{answer}\n{say('full_list', lang, items=', '.join(figures or labels))}"

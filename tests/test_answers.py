@@ -279,6 +279,11 @@ def test_a_one_row_result_the_answer_does_not_read_follows_with_its_figure() -> 
     for read in ("Ana Prado aprovou mais.", "Foram 12.345 despesas.", "There were 12,345 of them."):
         assert complete_list(read, [top], "pt", question) == read
     assert complete_list("Foram 12.354 despesas.", [top], "pt", question).endswith("Lista completa: Ana Prado (12.345).")
+    # a report row (an API's, with lists in it) or a row named by when it was read is no answer to list
+    for row in ({"as_of": "2026-05-15T08:00:00-03:00", "services": [{"id": "svc-q", "status": "degraded"}]},
+                {"checked_at": "2026-05-15T08:00:00-03:00", "state": "degraded"}):
+        assert complete_list("Três serviços estão degradados.", [{"backend": "api", "rows": [row]}], "pt",
+                             "Tem algum serviço degradado?") == "Três serviços estão degradados."
 
 
 def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops_it() -> None:
