@@ -222,3 +222,14 @@ def test_per_value_figures_need_one_table_the_words_pick_and_one_value_per_row(l
     # a row that names two values of the column is no row of a per-value table
     mixed = figures("| Category | Limit per claim (USD) |\n|---|---|\n| transport or hardware | 100 |\n| meals | 40 |\n")
     assert layer.document_bound("Which expenses went over the limit of their category?", set(), mixed, named) is None
+
+
+def test_a_question_that_asks_why_reaches_the_documents(novaops_services: Any) -> None:
+    """Real e5 and stores. Written for this test: a reason is written in a document (a decision's
+    grounds, a postmortem), not in a row, so "why was this request turned down?" reaches the
+    documents beside the database its words match; the same question without "why" does not."""
+    for why in ("Por que o pedido de orçamento BR-0003 foi recusado?", "Why was budget request BR-0003 turned down?"):
+        routed = ph.route(why, novaops_services)
+        assert "docs" in routed.required, routed.trace()  # the plan keeps what is required
+    plain = ph.route("Quem revisou o pedido de orçamento BR-0003?", novaops_services)
+    assert "docs" not in plain.required, plain.trace()

@@ -80,7 +80,7 @@ def test_planner_yaml_has_no_hand_kept_hint_lists() -> None:
     text = (ph.POLICIES_DIR / "planner.yaml").read_text(encoding="utf-8")
     assert "\nhints:" not in text
     assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords", "chain",
-                                                "rule_questions"}
+                                                "rule_questions", "reason_words"}
     rules = ph._file().rule_questions
     assert rules is not None
     for prototype in (*rules.rule, *rules.records):  # shapes of questions, naming no record of any deployment

@@ -19,7 +19,8 @@ backends:
   above the patterns' floor) is no candidate for that text: the small model fills a query for any
   question, and a rule asked of the database came back as an unrelated count;
 - a question that names a kind of document (policy, rule, deadline, process: `document_kinds`
-  and the words the document titles share) reaches the documents, and a backend whose
+  and the words the document titles share), or asks why (`reason_words`: a reason is written in a
+  postmortem or a decision, not in a row), reaches the documents, and a backend whose
   `required_by` hook claims the question is in the plan too (the graph: a relation of any depth,
   "direta ou indiretamente", read from the patterns' own depth words); when it names a kind of
   document, a backend whose `compares_with_documents` hook says it compares that backend's records
@@ -56,7 +57,7 @@ from tools.backends.base import question_parts as parts
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
-from tramita.base.text import fold
+from tramita.base.text import fold, phrase_starts
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -126,6 +127,9 @@ class PlannerFile(BaseModel):
     matching: Matching
     rule_questions: RuleQuestions | None = None
     document_kinds: list[str] = []
+    reason_words: list[str] = Field(
+        default_factory=list, description="words or phrases that ask why: a reason is written in a document, "
+                                          "never in a row's figures")
     stopwords: list[str] = Field(default_factory=list, description="function words that say nothing about a source")
     chain: list[str] = Field(
         default_factory=list,
@@ -697,6 +701,9 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     names = list(index.index.names)
     relation_only = hands_on(question, services)
     kinds = index.masker.words(question, index.stop) & index.document_kinds
+    asked = re.findall(r"\w+", fold(question))
+    reasons = [w for w in _file().reason_words if phrase_starts(asked, re.findall(r"\w+", fold(w)))]
+    kinds |= {f"'{w}'" for w in reasons}
     docs = ["docs"] if kinds and "docs" in names else []
     named = [n for n in required(question, services) if n in names and n not in docs]
     named += [n for n in (compared(question, services) if docs else []) if n in names and n not in [*docs, *named]]
