@@ -179,7 +179,8 @@ def _in_results(value: str, sources: dict[str, str]) -> bool:
 def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
-    - lines carrying a context label (`rows:`, `(no rows)`, `query:`) or a traceback go, and so
+    - lines carrying a context label (`rows:`, `(no rows)`, `query:`), copying the line on what
+      a result's rows are, or a traceback go, and so
       does exception text (`SomethingError: …`), and result-table lines copied verbatim, unless
       the prose beside them says nothing the context holds: then the table's rows are the answer;
     - a citation tag stays only when the context shows that tag with material under it AND its
@@ -188,7 +189,9 @@ def clean_answer(answer: str, block: str) -> str:
     - "R$" becomes the context's "US$" when the context never shows reais;
     - a tag left open at the end (the token limit cut the answer inside it) goes.
     """
-    lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln)]
+    # the line on what a result's rows are ("(The on-call schedule of one employee)") is a label too
+    abouts = {ln.strip() for ln in block.splitlines() if ln.strip().startswith("(") and ln.strip().endswith(")")}
+    lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln) and ln.strip() not in abouts]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
     # prose that says nothing the context holds ("Here is the answer:") only introduced the table
     says = _content("\n".join(kept)) & _content(block)

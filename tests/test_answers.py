@@ -401,6 +401,15 @@ def test_a_table_under_a_line_that_only_announces_it_is_the_answer() -> None:
     assert said == "Carolina Mendes gastou mais."
 
 
+def test_a_copied_line_on_what_the_rows_are_is_removed() -> None:
+    """Written for this test: the model answered with the context's line on what the rows are, and
+    nothing else; that line is a label. A sentence with a parenthesis of its own stays."""
+    block = ("[graph] 2 results:\n(The on-call schedule of one employee)\nweek | role | service\n"
+             "2026-W30 | primary | svc-a\n2026-W30 | primary | svc-b")
+    assert clean_answer("(The on-call schedule of one employee)", block) == ""
+    assert clean_answer("Ela está de plantão na 2026-W30 (primary).", block) == "Ela está de plantão na 2026-W30 (primary)."
+
+
 def test_a_copied_api_label_line_is_removed() -> None:
     block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
     cleaned = clean_answer("Three services are degraded.\n[api:listServiceStatuses] data: service_id: api-gateway", block)

@@ -1537,6 +1537,39 @@ def test_real_model_gets_most_semantic_queries_right() -> None:
     assert sum(RIGHT) >= 2, RIGHT
 
 
+def test_passages_found_before_give_values_only_to_a_question_that_points_back() -> None:
+    """Written for this test: a passage's names are the question's only when it points back at them;
+    a set of rows an earlier source found is always handed on."""
+    from tools.backends.base import Finding
+    from tools.semantic_layer import heard_before
+
+    given = [Finding("docs", text="Only the CFO and the Finance Manager approve."), Finding("graph", values=("E001",))]
+    assert heard_before("How many expenses did they approve?", given) == given
+    assert heard_before("Quantas despesas essas pessoas aprovaram?", given) == given
+    kept = heard_before("Which employee has the highest approval limit?", given)
+    assert [f.text for f in kept] == ["", ""] and kept[1].values == ("E001",)
+
+
+POLICY_ROLES = ("Expense policy, section 4: only members of the finance approvers group (the CFO and the "
+                "Finance Manager) approve or reject expenses, each up to their own approval limit.")
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_answers_a_records_question_after_a_passage_it_does_not_point_at(
+        tool: SQLTool, novaops: Path, _models: None) -> None:
+    """Written for this test: the documents were read first (the question is near a rule question);
+    the question asks for the highest limit of all employees and points at nothing, so the roles the
+    passage names do not bound it."""
+    from tools.backends.base import Finding
+    from tools.llm import Usage
+
+    run = answer_semantic("Which employee has the highest approval limit?", tool, MODEL, today="2026-05-15",
+                          backend="local", usage=Usage(), given=(Finding("docs", text=POLICY_ROLES),))
+    gold = _rows(novaops, "SELECT full_name, approval_limit_usd FROM employees ORDER BY approval_limit_usd DESC LIMIT 1")
+    assert run.ok and results_match(gold, [tuple(r.values()) for r in run.rows]), (run.query_object, run.rows)
+
+
 def test_two_equalities_on_one_column_become_either_value(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """"x = a AND x = b" matches no row: the model wrote the two services a question named as two
     equalities, and the count was 0. One `in` filter answers it; one equality stays as it is."""

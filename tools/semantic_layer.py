@@ -29,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -3379,6 +3379,26 @@ class SemanticRun:
     repairable: bool = False  # the last refusal is one the LLM may correct (a SemanticQueryError)
 
 
+def points_back(question: str) -> bool:
+    """Whether the question says a word that points at something named before ("esses", "that",
+    "ela"): `reference_words` and `pronouns` in the cue file.
+    """
+    cues = folded_cues()
+    return bool((cues.references | cues.pronouns) & set(re.findall(r"\w+", fold(question))))
+
+
+def heard_before(question: str, given: Sequence[Finding]) -> list[Finding]:
+    """What earlier sources found that the question may take values from: their passages only when
+    it points back at them (`points_back`: "how many incidents has that person commanded?"); the
+    sets their rows are, always.
+
+    Why: otherwise the passages' names are another answer's words. "Which employee has the highest
+    approval limit?", after the expense policy was read, was filled with the policy's approver
+    roles and answered with the CFO, not the CEO.
+    """
+    return list(given) if points_back(question) else [replace(f, text="") for f in given]
+
+
 def earlier_values(index: Any, given: Sequence[Finding]
                    ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, tuple[str, ...]]]]:
     """What earlier backends of the turn found, in the database's terms: (the stored values their
@@ -3466,7 +3486,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
     except DatabaseUnavailable as exc:
         run.reason, run.fatal = str(exc)[:400], True
         return run
-    earlier, bound = earlier_values(index, given)
+    earlier, bound = earlier_values(index, heard_before(question, given))
     own = layer.names_values(hits)
     direct = direct_query(layer, question, hits, today, bound)
     if direct is not None:  # every word accounted for: no LLM call
