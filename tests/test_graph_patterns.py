@@ -36,6 +36,7 @@ from tools.graph_patterns import (
     counts_answers,
     find_mentions,
     load_patterns,
+    mask_entities,
     missed_labels,
     relative_clauses,
     unsaid_values,
@@ -1079,6 +1080,30 @@ def test_the_values_a_pattern_left_out_as_given_are_told_beside_its_rows(models_
     every, _ = _call(novaops_services, "Quando o Rui Almeida está de plantão?")
     assert every["path"] == "pattern:on_call_of_person" and "week" in every["rows"][0], every
     assert "every row" not in every["about"]
+    # whom the rows are of, as the question spelt it: a count of people under X reads as X's
+    counted, _ = _call(novaops_services, "How many people are under Alexandre Moura, directly or indirectly?")
+    assert counted["path"] == "pattern:reports_under" and counted["about"].endswith("; manager: Alexandre Moura"), \
+        counted["about"]
+    assert "; person: Rui Almeida" in named["about"] and "; person: Rui Almeida" in every["about"]
+
+
+def test_a_long_description_is_cut_at_a_clause() -> None:
+    """The line on what the rows are is the description's first sentence, at most 160 characters:
+    a longer one ends at its last clause that fits, not inside a parenthesis or a word."""
+    for pattern in load_patterns(SHIPPED).patterns:
+        about = pattern.about()
+        assert len(about) <= 160 and about.count("(") == about.count(")"), (pattern.name, about)
+        assert not about.endswith((" (", ",", " not", " the")), (pattern.name, about)
+
+
+def test_an_iso_week_is_masked_as_names_are(engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Written for this test: with its week's digits, "who is on call for X in <week>?" scored below
+    the floor; the week is a value, masked like a name, and the service's rotation answers."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    assert mask_entities("Who is on call for billing-engine in 2026-W19?", gazetteer) == \
+        "who is on call for service in week"
+    for question in ("Who is on call for billing-engine in 2026-W19?", "Who held the pager for event-bus during 2026-W22?"):
+        assert engine.rank(question, gazetteer).best == "on_call_for_service", question
 
 
 def test_backend_tries_each_piece_of_a_joined_part(models_dir: None, novaops_services: Services) -> None:

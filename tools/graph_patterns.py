@@ -370,7 +370,13 @@ class GraphPattern(_Strict):
 
     def about(self) -> str:
         """The first sentence of the description: what the rows are, for synthesis to read them by."""
-        return " ".join(self.description.split()).split(": ", 1)[0].split(". ", 1)[0][:160]
+        first = " ".join(self.description.split()).split(": ", 1)[0].split(". ", 1)[0]
+        if len(first) <= 160:
+            return first
+        # cut at the last clause that fits, not inside a word or a parenthesis
+        cut = first[:160]
+        at = max(cut.rfind(" ("), cut.rfind(", "), cut.rfind("; "))
+        return cut[:at] if at > 40 else cut.rsplit(" ", 1)[0]
 
     def returns(self) -> list[str]:
         """The column names of the final RETURN (its `AS` aliases), i.e. what the pattern answers with."""
@@ -634,14 +640,21 @@ def _placeholder(source: str) -> str:
     return source.removesuffix(TITLE_MARK).split(":", 1)[1].split(".", 1)[0].lower()
 
 
+_ISO_WEEK = re.compile(r"(?<![\w-])\d{4}-w\d{1,2}(?![\w-])")
+
+
 def mask_entities(text: str, gazetteer: Gazetteer | None) -> str:
-    """The folded text with every entity the gazetteer knows replaced by its kind ('employee')."""
+    """The folded text with every entity the gazetteer knows replaced by its kind ('employee'), and
+    every ISO week by 'week'. Why the weeks: "who is on call for X in 2026-W21?" scored below the
+    patterns' floor, its week's digits pulling it away from "… this week"; a week is a value, as a
+    name is.
+    """
     if not gazetteer:
         return text
     folded = f" {fold(text)} "
     for mention in find_mentions(text, gazetteer, []):
         folded = folded.replace(f" {mention.surface} ", f" {_placeholder(mention.source)} ")
-    return folded.strip()
+    return _ISO_WEEK.sub("week", folded).strip()
 
 
 def _signature(gazetteer: Gazetteer | None) -> str:
@@ -819,6 +832,24 @@ class PatternAttempt:
     llm_filled: list[str] = field(default_factory=list)
     echoed: dict[str, Any] = field(default_factory=dict)  # columns left out as the one value the question gave
     clause: str = ""  # the relative clause the pattern answered, when the whole question matched none
+    named: dict[str, str] = field(default_factory=dict)  # parameter -> the record's name as the question wrote it
+
+
+def named_parameters(question: str, params: dict[str, Any], gazetteer: Gazetteer) -> dict[str, str]:
+    """Each parameter bound to a record the question names, with that name as the question wrote
+    it ("manager": "André Figueiredo"); ids and values the question does not spell are left out.
+
+    Why: the rows of "how many people report to X" name the people only; without X beside them the
+    model wrote that X reports to them.
+    """
+    out: dict[str, str] = {}
+    for name, value in params.items():
+        keys = _keys_of(value) if value not in (None, [], "") else set()
+        spelt = [span_of(question, surface) for forms in gazetteer.values() for surface, key in forms if key in keys]
+        said = list(dict.fromkeys(s for s in spelt if s))
+        if said:
+            out[name] = ", ".join(said)
+    return out
 
 
 def _keys_of(value: Any) -> set[str]:
@@ -1237,6 +1268,7 @@ class PatternEngine:
         except Exception as exc:  # noqa: BLE001 - guard, engine or store error: the fallback decides
             attempt.reason = f"pattern {pattern.name} failed: {type(exc).__name__}: {exc}"[:400]
             return attempt
+        attempt.named = named_parameters(question, attempt.params, gazetteer)
         if counting:
             return self._counted(attempt, pattern, tool)
         shown = drop_echoed_columns(rows, attempt.params)

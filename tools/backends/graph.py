@@ -69,7 +69,7 @@ class GraphBackend:
                     "query": inline_parameters(attempt.cypher, attempt.params),
                     "cypher": attempt.cypher, "params": attempt.params, "rows": attempt.rows[:MAX_ROWS],
                     "error": None, "attempts": 1, "llm_filled": attempt.llm_filled,
-                    "about": self._about(call, str(attempt.pattern), attempt.echoed),
+                    "about": self._about(call, str(attempt.pattern), attempt.echoed, attempt.named),
                     **({"clause": attempt.clause} if attempt.clause else {}), **trail}
         asked = call.whole or call.question
         run = answer_cypher(asked, tool, today=call.today, backend=call.profile, usage=call.usage,
@@ -137,11 +137,14 @@ class GraphBackend:
         return render_about(self.citation, context)
 
     @staticmethod
-    def _about(call: BackendCall, name: str, echoed: dict[str, Any] | None = None) -> str:
+    def _about(call: BackendCall, name: str, echoed: dict[str, Any] | None = None,
+               named: dict[str, str] | None = None) -> str:
         """The first sentence of pattern `name`'s description ("" when it cannot be read), with the
-        values of the columns left out because every row held the one value the question gave
-        ("every row: week 2026-W21"). Why: without them, ten shifts of a person in the week asked
-        about read as rows of no week, and the model answered that the person was not on call.
+        records the question named for its parameters ("manager: André Figueiredo") and the values
+        of the columns left out because every row held the one value the question gave ("every
+        row: week 2026-W21"). Why: without them, ten shifts of a person in the week asked about
+        read as rows of no week, and the model answered that the person was not on call; and "how
+        many people report to X" was answered as X reporting to them.
         """
         from tools.graph_patterns import PatternEngine
 
@@ -149,8 +152,11 @@ class GraphBackend:
             about = PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).about()
         except Exception:  # noqa: BLE001 - only context for synthesis
             return ""
+        if not about or not (named or echoed):
+            return about
+        subjects = ", ".join(f"{param}: {text}" for param, text in (named or {}).items())
         given = ", ".join(f"{column} {value}" for column, value in (echoed or {}).items())
-        return f"{about.rstrip('.')}; every row: {given}" if about and given else about
+        return about.rstrip(".") + (f"; {subjects}" if subjects else "") + (f"; every row: {given}" if given else "")
 
     def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
         """The text-to-Cypher prompt's static prefix for `today` (patterns need no call on a clear match)."""
