@@ -1338,7 +1338,8 @@ class PatternEngine:
         if found is None or _aggregate_words(question, self.patterns.vocabulary):
             return None
         pattern, filled = found
-        mentions = find_mentions(question, self.gazetteer(engine, tool), _id_params(self.patterns))
+        gazetteer = self.gazetteer(engine, tool)
+        mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
         keys = {str(v) for v in filled.values.values()}
         rest = f" {fold(question)} "
         for m in mentions:
@@ -1355,10 +1356,11 @@ class PatternEngine:
                  "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
         # whom the rows are of, as the question wrote it: without it the model read "the people who
         # report to one manager" over five names as the manager reporting to the first of them
-        given = [f"{p.name}: {span_of(question, m.surface) or m.surface}" for p in pattern.parameters
-                 if p.name in filled.values for m in mentions if m.value in _keys_of(filled.values[p.name])]
+        named = named_parameters(question, {p.name: filled.values[p.name] for p in pattern.parameters
+                                            if p.name in filled.values}, gazetteer)
         about = pattern.about()
-        about = f"{about.rstrip('.')}; {', '.join(given)}" if about and given else about
+        if about and named:
+            about = f"{about.rstrip('.')}; " + ", ".join(f"{param}: {text}" for param, text in named.items())
         return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), about)
 
     def names_closure(self, question: str) -> bool:
