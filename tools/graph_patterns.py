@@ -852,6 +852,18 @@ def named_parameters(question: str, params: dict[str, Any], gazetteer: Gazetteer
     return out
 
 
+def described(about: str, named: dict[str, str] | None = None, echoed: dict[str, Any] | None = None) -> str:
+    """A pattern's line on what its rows are (`GraphPattern.about`) with the records the question
+    named for its parameters ("manager: X") and the values every row held ("every row: week W");
+    the line as it is when there are none.
+    """
+    if not about or not (named or echoed):
+        return about
+    subjects = ", ".join(f"{param}: {text}" for param, text in (named or {}).items())
+    given = ", ".join(f"{column} {value}" for column, value in (echoed or {}).items())
+    return about.rstrip(".") + (f"; {subjects}" if subjects else "") + (f"; every row: {given}" if given else "")
+
+
 def _keys_of(value: Any) -> set[str]:
     """A filled parameter's keys as text: one value, or each of a list's."""
     return {str(v) for v in value} if isinstance(value, list | tuple) else {str(value)}
@@ -1034,10 +1046,9 @@ class PatternEngine:
         without the person (nothing in it is a name), so the week's roster answered it, listing
         everyone on call; with the person written in, a pattern that takes a person answers.
         """
-        from tools.semantic_layer import folded_cues
+        from tools.semantic_layer import pointing_words
 
-        cues = folded_cues()
-        pointing = [w for w in re.findall(r"\w+", fold(question)) if w in cues.references | cues.pronouns]
+        pointing = pointing_words(question)
         if not pointing or not given.strip():
             return question
         gazetteer = self.gazetteer(engine, tool)
@@ -1358,10 +1369,7 @@ class PatternEngine:
         # report to one manager" over five names as the manager reporting to the first of them
         named = named_parameters(question, {p.name: filled.values[p.name] for p in pattern.parameters
                                             if p.name in filled.values}, gazetteer)
-        about = pattern.about()
-        if about and named:
-            about = f"{about.rstrip('.')}; " + ", ".join(f"{param}: {text}" for param, text in named.items())
-        return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), about)
+        return MirroredQuery(pattern.name, query, tuple(m.surface for m in mentions), described(pattern.about(), named))
 
     def names_closure(self, question: str) -> bool:
         """Whether the question's words take a pattern's depth to its whole range ("direta ou

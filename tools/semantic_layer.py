@@ -1711,7 +1711,7 @@ class SemanticLayer:
                     if ranked else None
             out.append(f"{found[0]}.{count}" if found is not None and count else name)
             if count:
-                notes.append(f"{name} (the question ranks by how many {found[0] if found else ''}: {out[-1]})")
+                notes.append(f"{name} (the question ranks by how many {name.partition('.')[0]}: {out[-1]})")
         return out, notes
 
     def _named_columns(self, measures: list[str], text: str) -> tuple[list[str], list[str]]:
@@ -3379,12 +3379,17 @@ class SemanticRun:
     repairable: bool = False  # the last refusal is one the LLM may correct (a SemanticQueryError)
 
 
-def points_back(question: str) -> bool:
-    """Whether the question says a word that points at something named before ("esses", "that",
-    "ela"): `reference_words` and `pronouns` in the cue file.
+def pointing_words(question: str) -> list[str]:
+    """The question's words that point at something named before ("esses", "that", "ela"), in
+    order: `reference_words` and `pronouns` in the cue file.
     """
     cues = folded_cues()
-    return bool((cues.references | cues.pronouns) & set(re.findall(r"\w+", fold(question))))
+    return [w for w in re.findall(r"\w+", fold(question)) if w in cues.references | cues.pronouns]
+
+
+def points_back(question: str) -> bool:
+    """Whether the question says a word that points at something named before (`pointing_words`)."""
+    return bool(pointing_words(question))
 
 
 def heard_before(question: str, given: Sequence[Finding]) -> list[Finding]:

@@ -146,17 +146,13 @@ class GraphBackend:
         read as rows of no week, and the model answered that the person was not on call; and "how
         many people report to X" was answered as X reporting to them.
         """
-        from tools.graph_patterns import PatternEngine
+        from tools.graph_patterns import PatternEngine, described
 
         try:
             about = PatternEngine.for_file(call.services.settings.graph_patterns_file()).patterns.pattern(name).about()
         except Exception:  # noqa: BLE001 - only context for synthesis
             return ""
-        if not about or not (named or echoed):
-            return about
-        subjects = ", ".join(f"{param}: {text}" for param, text in (named or {}).items())
-        given = ", ".join(f"{column} {value}" for column, value in (echoed or {}).items())
-        return about.rstrip(".") + (f"; {subjects}" if subjects else "") + (f"; every row: {given}" if given else "")
+        return described(about, named, echoed)
 
     def warm(self, services: Services, today: str, profile: str | None) -> dict[str, object]:
         """The text-to-Cypher prompt's static prefix for `today` (patterns need no call on a clear match)."""

@@ -261,14 +261,12 @@ def _named_referent(call: BackendCall, question: str) -> str:
     Why: the part alone ("quantas pessoas reportam direto a ela") names nobody, and the query
     counted everyone who has a manager; the person is in the passage the documents found.
     """
-    from tools.semantic_layer import folded_cues
+    from tools.semantic_layer import pointing_words
 
     if any(f.values for f in call.given):
         return question
     text = "\n".join(f.text for f in call.given if f.text)
-    cues = folded_cues()
-    pointing = cues.references | cues.pronouns
-    said = [w for w in fold(question).split() if w in pointing]
+    said = pointing_words(question)
     layer = _layer(call) if text.strip() and said else None
     if layer is None:
         return question
