@@ -1379,6 +1379,19 @@ def test_a_dropped_detail_that_told_paths_apart_leaves_distinct_rows(models_dir:
     assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
 
 
+def test_a_team_rotation_names_its_people_and_the_services_only_when_asked(models_dir: None,
+                                                                          novaops_services: Services) -> None:
+    """"Who is the team's primary in week W?" asks for a person: the services the shift covers
+    would list her once per service. Asked "for which services", they stay beside her."""
+    ctx, usage = _call(novaops_services, "Quem é o primário de plantão do time de Segurança na semana 2026-W22?")
+    assert ctx["path"] == "pattern:team_on_call" and usage.calls == 0, ctx.get("pattern_reason")
+    assert ctx["rows"] and all("service" not in r for r in ctx["rows"])
+    assert len({r["name"] for r in ctx["rows"]}) == len(ctx["rows"])
+    assert novaops_services.graph_tool.query(ctx["query"]) == ctx["rows"]
+    ctx, _ = _call(novaops_services, "Quem está de plantão pelo time de Plataforma nesta semana, cobrindo quais sistemas?")
+    assert ctx["path"] == "pattern:team_on_call" and len({r["service"] for r in ctx["rows"]}) > 1
+
+
 def test_without_columns_leaves_out_the_projection_and_the_order_of_dropped_aliases() -> None:
     from tools.graph_patterns import without_columns
 
