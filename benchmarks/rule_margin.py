@@ -50,23 +50,24 @@ def main(argv: list[str] | None = None) -> int:
         leads.append((item, lead))
         if args.verbose:
             shown = "names a record" if lead is None else f"{lead:+.4f}"
-            console.print(f"{shown:>15}  {item['asks']:<7} {item['set']:<8} {item['question']}")
+            console.print(f"{shown:>15}  {item['asks']:<7} {item['set']:<10} {item['question']}", soft_wrap=True)
+    groups = list(dict.fromkeys(item["set"] for item in items))  # in the file's order
     for margin in sorted({config.margin, 0.014, 0.017, 0.020}):
         mark = " (configured)" if margin == config.margin else ""
         console.print(f"margin {margin:.3f}{mark}:")
-        for group in ("tuned-1", "tuned-2", "held-out"):
+        for group in groups:
             records = [lead for item, lead in leads if item["set"] == group and item["asks"] == "records"]
             rules = [lead for item, lead in leads if item["set"] == group and item["asks"] == "rule"]
             taken = sum(1 for lead in records if lead is not None and lead >= margin)
             found = sum(1 for lead in rules if lead is not None and lead >= margin)
-            console.print(f"  {group:<8}  records taken for rules {taken}/{len(records)}; "
+            console.print(f"  {group:<10}  records taken for rules {taken}/{len(records)}; "
                           f"rule questions found {found}/{len(rules)}")
     if config.near is not None:
         console.print(f"near band {config.near:.3f}..{config.margin:.3f} (the documents join the text's own sources):")
-        for group in ("tuned-1", "tuned-2", "held-out"):
+        for group in groups:
             band = [item["asks"] for item, lead in leads if item["set"] == group and lead is not None
                     and config.near <= lead < config.margin]
-            console.print(f"  {group:<8}  records {band.count('records')}, rule questions {band.count('rule')}")
+            console.print(f"  {group:<10}  records {band.count('records')}, rule questions {band.count('rule')}")
     return 0
 
 
