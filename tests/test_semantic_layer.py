@@ -656,6 +656,45 @@ def test_a_date_value_in_the_users_words_reads_as_its_period(layer: SemanticLaye
         assert kept.filters == layer.parse(today).filters, named_day  # a day said, or two periods: untouched
 
 
+def test_another_entitys_date_phrase_spends_no_word_of_the_question(layer: SemanticLayer, tool: SQLTool,
+                                                                      novaops: Path) -> None:
+    """Written for this test: "aprovados em 2026" of budget requests. "aprovado em" is a date phrase
+    of the expenses (their decision date), not of the requests: the status the question says stays."""
+    filled = {"measures": ["budget_requests.count"],
+              "filters": [{"field": "budget_requests.status", "op": "=", "value": "approved"},
+                          {"field": "budget_requests.created_at", "op": "=", "value": "2026"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantos pedidos de orçamento foram aprovados em 2026?")
+    assert ("budget_requests.status", "=", "approved") in settled.filters, notes
+    gold = _rows(novaops, "SELECT COUNT(*) FROM budget_requests WHERE status = 'approved' "
+                          "AND created_at >= '2026-01-01' AND created_at < '2027-01-01'")
+    every = _rows(novaops, "SELECT COUNT(*) FROM budget_requests WHERE created_at >= '2026-01-01' "
+                           "AND created_at < '2027-01-01'")
+    assert gold != every and results_match(gold, _answer(layer, tool, settled), strict=True)
+
+
+def test_a_period_moves_to_the_date_column_the_question_names(layer: SemanticLayer, tool: SQLTool,
+                                                              novaops: Path) -> None:
+    """Written for this test: "enviadas em abril" dates the submission, and the model put April on
+    the expense's own date. Moved, the count is the gold's; a question that names no other date,
+    or asks to see that date, keeps the filter where it is."""
+    filled = {"measures": ["expenses.count"],
+              "filters": [{"field": "expenses.expense_date", "op": "=", "value": "2026-04"},
+                          {"field": "expenses.status", "op": "=", "value": "approved"}]}
+    question = "Quantas despesas enviadas em abril de 2026 foram aprovadas?"
+    read, notes = layer.read_periods(layer.parse(filled), question, "2026-05-15")
+    assert read.filters[0] == ("expenses.submitted_at", "=", "2026-04") and "moved to" in notes[0]
+    gold = _rows(novaops, "SELECT COUNT(*) FROM expenses WHERE status = 'approved' "
+                          "AND submitted_at >= '2026-04-01' AND submitted_at < '2026-05-01'")
+    spent = _rows(novaops, "SELECT COUNT(*) FROM expenses WHERE status = 'approved' "
+                           "AND expense_date >= '2026-04-01' AND expense_date < '2026-05-01'")
+    assert gold != spent, "the column must change the answer"
+    assert results_match(gold, _answer(layer, tool, read), strict=True)
+    assert layer.read_periods(layer.parse(filled), "Quantas despesas de abril de 2026 foram aprovadas?",
+                              "2026-05-15")[0].filters == layer.parse(filled).filters
+    shown = {**filled, "dimensions": ["expenses.submitted_at"]}
+    assert layer.read_periods(layer.parse(shown), question, "2026-05-15")[0].filters == layer.parse(shown).filters
+
+
 def test_a_day_written_on_a_column_of_no_date_is_the_period_the_question_names(layer: SemanticLayer, tool: SQLTool,
                                                                               novaops: Path) -> None:
     """Written for this test: "quem aprovou mais despesas em 2026?" filled with today's date as the

@@ -881,7 +881,7 @@ class SemanticLayer:
         said_segments = self._said_segments(q, segments, filters, text)
         segments += said_segments
         dropped += [f"segment {g} added (the question names it)" for g in said_segments]
-        unspent = self._unspent_words(tokens)
+        unspent = self._unspent_words(tokens, self._reached(q))
         said = self._said_filters(filters, unspent, {fold(h) for h in heard} | self._segment_values(text))
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
@@ -1115,17 +1115,24 @@ class SemanticLayer:
         return mend(sql, self.dialect, self.scales, _spaced(question), self.live_columns)
 
     @cached_property
-    def _time_phrases(self) -> frozenset[tuple[str, ...]]:
-        """The folded synonyms of two or more words of the date columns ("aberto em", "created on")."""
-        return frozenset(tuple(fold(w).split()) for e, ent in self.spec.entities.items()
-                         for name, dim in ent.dimensions.items() if self.kind(e, name) in ("date", "timestamp")
-                         for w in dim.synonyms if len(w.split()) >= 2)
+    def _time_phrases(self) -> dict[str, frozenset[tuple[str, ...]]]:
+        """Entity -> the folded synonyms of two or more words of its date columns ("aberto em", "created on")."""
+        return {e: frozenset(tuple(fold(w).split()) for name, dim in ent.dimensions.items()
+                             if self.kind(e, name) in ("date", "timestamp") for w in dim.synonyms if len(w.split()) >= 2)
+                for e, ent in self.spec.entities.items()}
 
-    def _unspent_words(self, tokens: list[str]) -> set[str]:
+    def _reached(self, q: QueryObject) -> set[str]:
+        """The entities whose fields the query names (a join role counts as its entity)."""
+        names = [*q.measures, *q.dimensions, *q.segments, *(f for f, _, _ in q.filters)]
+        return {e for e in (self._entity_of(n.partition(".")[0]) for n in names) if e is not None}
+
+    def _unspent_words(self, tokens: list[str], entities: set[str]) -> set[str]:
         """The words that may say a filter's value: `tokens` without those of a date column's own
         phrase of two or more words that a time word or a number follows within three words
         ("abertos em 2026", "abertos no mês de março": the preposition may be joined with an
         article, `contractions`); its "abertos" says when the row was created, not status = open.
+        Only the date columns of `entities` (those the query reaches): another entity's date phrase
+        ("aprovado em" of expenses) spends no word of a question about budget requests.
 
         Why: the longer phrase is the reading meant (the longest match wins, as in value linking);
         counted twice, one word filled a filter the user did not ask for.
@@ -1136,7 +1143,7 @@ class SemanticLayer:
         def same(token: str, word: str) -> bool:
             return token in (word, word + "s", word + "es") or token in cues.contractions.get(word, ())
 
-        for phrase in self._time_phrases:
+        for phrase in {p for e in entities for p in self._time_phrases.get(e, frozenset())}:
             n = len(phrase)
             for i in range(len(tokens) - n):
                 if all(same(t, w) for t, w in zip(tokens[i:i + n], phrase, strict=True)) and any(
@@ -1202,10 +1209,38 @@ class SemanticLayer:
                 notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
                 v = new
             filters.append((f, op, v))
+        filters, homed = self._period_on_named_column(filters, q.dimensions, question, [w for w, _ in said])
+        notes += homed
         if not notes:
             return q, []
         return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
                            list(q.order), q.limit), notes
+
+    def _period_on_named_column(self, filters: list[tuple[str, str, Any]], dimensions: list[str], question: str,
+                                period_words: list[str]) -> tuple[list[tuple[str, str, Any]], list[str]]:
+        """A period filtered on a date column the question does not name, moved to the one other
+        date column of that entity it names by its words ("despesas decididas em abril": the
+        decision date, not the date of the expense). Why: the small model puts a period on an
+        entity's main date whatever verb the question dates. Not when that column is also shown
+        (the question asks to see it) or already filtered.
+        """
+        rest = " " + " ".join(fold(question).split()) + " "
+        for words in period_words:
+            rest = rest.replace(f" {' '.join(fold(words).split())} ", " ")
+        taken = {f for f, _, _ in filters} | {d.partition(GRAIN_SEP)[0] for d in dimensions}
+        out: list[tuple[str, str, Any]] = []
+        notes: list[str] = []
+        for f, op, v in filters:
+            at = self._dimension(f) if self._dated(f) else None
+            if at is not None and not self._said_column(at[1], at[2], rest):
+                named = [f"{at[0]}.{m}" for m, d in self.spec.entities[at[1]].dimensions.items()
+                         if d.time_grains and m != at[2] and self._said_column(at[1], m, rest)]
+                if len(named) == 1 and named[0] not in taken:
+                    notes.append(f"filter {f} {op} {v!r} moved to {named[0]} (the date the question names)")
+                    f = named[0]
+                    taken.add(f)
+            out.append((f, op, v))
+        return out, notes
 
     def _period_column(self, q: QueryObject) -> str | None:
         """The period dimension of the entity the query counts, or lists; None when it has none."""
