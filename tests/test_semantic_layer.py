@@ -693,6 +693,15 @@ def test_a_period_moves_to_the_date_column_the_question_names(layer: SemanticLay
                               "2026-05-15")[0].filters == layer.parse(filled).filters
     shown = {**filled, "dimensions": ["expenses.submitted_at"]}
     assert layer.read_periods(layer.parse(shown), question, "2026-05-15")[0].filters == layer.parse(shown).filters
+    # the measure's own words ("acknowledgement time") name no date: the incidents' period stays
+    longest = {"measures": ["incidents.max_minutes_to_ack"],
+               "filters": [{"field": "incidents.opened_at", "op": "=", "value": "2025"}]}
+    kept, notes = layer.read_periods(layer.parse(longest), "What was the longest acknowledgement time in 2025?",
+                                     "2026-05-15")
+    assert kept.filters == layer.parse(longest).filters, notes
+    resolved, _ = layer.read_periods(layer.parse({"measures": ["incidents.count"], "filters": longest["filters"]}),
+                                     "How many incidents were resolved in 2025?", "2026-05-15")
+    assert resolved.filters == [("incidents.resolved_at", "=", "2025")]
 
 
 def test_a_day_written_on_a_column_of_no_date_is_the_period_the_question_names(layer: SemanticLayer, tool: SQLTool,

@@ -1209,24 +1209,37 @@ class SemanticLayer:
                 notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
                 v = new
             filters.append((f, op, v))
-        filters, homed = self._period_on_named_column(filters, q.dimensions, question, [w for w, _ in said])
+        filters, homed = self._period_on_named_column(filters, q.measures, q.dimensions, question,
+                                                      [w for w, _ in said])
         notes += homed
         if not notes:
             return q, []
         return QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments), filters,
                            list(q.order), q.limit), notes
 
-    def _period_on_named_column(self, filters: list[tuple[str, str, Any]], dimensions: list[str], question: str,
-                                period_words: list[str]) -> tuple[list[tuple[str, str, Any]], list[str]]:
+    def _period_on_named_column(self, filters: list[tuple[str, str, Any]], measures: list[str],
+                                dimensions: list[str], question: str, period_words: list[str]
+                                ) -> tuple[list[tuple[str, str, Any]], list[str]]:
         """A period filtered on a date column the question does not name, moved to the one other
         date column of that entity it names by its words ("despesas decididas em abril": the
         decision date, not the date of the expense). Why: the small model puts a period on an
         entity's main date whatever verb the question dates. Not when that column is also shown
-        (the question asks to see it) or already filtered.
+        (the question asks to see it) or already filtered; the words of the query's own measures
+        and columns name no date ("the longest acknowledgement time" is the measure's).
         """
+        spent = list(period_words)
+        for name in measures:
+            found = self._measure(name)
+            if found is not None:
+                col = found[1].dimensions.get(found[2].column or "")
+                spent += [*found[2].synonyms, *(col.synonyms if col is not None else [])]
+        for name in dimensions:
+            at = self._dimension(name.partition(GRAIN_SEP)[0])
+            spent += at[3].synonyms if at is not None else []
         rest = " " + " ".join(fold(question).split()) + " "
-        for words in period_words:
-            rest = rest.replace(f" {' '.join(fold(words).split())} ", " ")
+        for words in sorted(spent, key=len, reverse=True):
+            key = " ".join(fold(words).split())
+            rest = rest.replace(f" {key} ", " ").replace(f" {key}s ", " ")
         taken = {f for f, _, _ in filters} | {d.partition(GRAIN_SEP)[0] for d in dimensions}
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []
