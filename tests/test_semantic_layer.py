@@ -598,6 +598,24 @@ def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLaye
     assert layer.relink_heard(keyed, heard, _holds(tool, index.columns)) == (keyed, [])
 
 
+def test_settle_drops_a_date_written_on_a_column_of_numbers(layer: SemanticLayer, tool: SQLTool,
+                                                           novaops: Path) -> None:
+    """Written for this test: the 1.5B model filled "the largest budget" with budget = today's
+    date, and the whole query was refused. The filter goes; a number on that column stays."""
+    filled = {"dimensions": ["projects.name", "projects.budget_usd"],
+              "filters": [{"field": "projects.budget_usd", "op": "=", "value": "2026-05-15"}],
+              "order": [{"field": "projects.budget_usd", "direction": "desc"}], "limit": 1}
+    settled, notes = layer.settle(layer.parse(filled), "Which project has the largest budget?")
+    assert settled.filters == [] and any("a date on a column of numbers" in n for n in notes)
+    gold = _rows(novaops, "SELECT name, budget_usd FROM projects ORDER BY budget_usd DESC LIMIT 1")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    with pytest.raises(SemanticQueryError):
+        _answer(layer, tool, layer.parse(filled))
+    number = {**filled, "filters": [{"field": "projects.budget_usd", "op": ">", "value": 100000}]}
+    kept, _ = layer.settle(layer.parse(number), "Which projects have a budget above 100000?")
+    assert kept.filters == [("projects.budget_usd", ">", 100000)]
+
+
 def test_settle_drops_a_period_the_question_never_names(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """A question with no time in it, filled with "today" as the expense date, answers about one day:
     the period goes, and the total is the gold; the query as filled is not."""

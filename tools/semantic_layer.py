@@ -874,6 +874,9 @@ class SemanticLayer:
         filters = [flt for flt in merged if not self._column_word(*flt)]
         dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (the word for the column, not a value)"
                                                          for f, o, v in merged if (f, o, v) not in filters)]
+        dated = [flt for flt in filters if self._date_on_number(*flt)]
+        filters = [flt for flt in filters if flt not in dated]
+        dropped += [f"filter {f} {o} {v!r} (a date on a column of numbers)" for f, o, v in dated]
         # a column the question names by its word is one it asks to see ("e quem lidera?")
         shown = [self._shown_for(f) for f, o, v in merged if (f, o, v) not in filters]
         filters, segments, named = self._segment_filters(filters, list(q.segments))
@@ -1363,6 +1366,17 @@ class SemanticLayer:
             return q, []
         return out, [f"{old} measured on {target} as {new} ({target} is not reachable from {base}; its column "
                      f"carries the word)" for old, new in renamed.items()]
+
+    def _date_on_number(self, name: str, op: str, value: Any) -> bool:
+        """Whether a filter puts a date or a dated period ("2026-05-15", "2026-05") on a column of
+        numbers: the small model copies today's date into a filter the question never asked for
+        ("the largest budget" filled as budget = today), and the query is then refused as a whole.
+        """
+        found = self._dimension(name)
+        if found is None or self.kind(found[1], found[2]) not in ("integer", "number"):
+            return False
+        values = value if isinstance(value, list) else [value]
+        return any(isinstance(v, str) and "-" in v.strip() and bool(_PERIOD.match(v.strip())) for v in values)
 
     def _dated(self, name: str) -> bool:
         found = self._dimension(name)
