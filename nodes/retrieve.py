@@ -1,8 +1,9 @@
 """retrieve: run the planned backends in stages, each stage's backends concurrently, each under its own time limit.
 
 The stages follow the planner policy's `chain` (documents, then the graph, then the API and the
-database): a later backend gets what the earlier ones found (`Finding`), so a question whose second
-part is about the first part's answer is answered in that order. A backend answers its own part of
+database), or the question's order when a later part points back at an earlier one: a later
+backend gets what the earlier ones found (`Finding`), so a question whose second part is about
+the first part's answer is answered in that order. A backend answers its own part of
 the question when the planner split it (`Plan.parts`). A backend that fails, times out or is
 unavailable leaves a stated gap (a context entry with its error) instead of failing the turn;
 synthesis decides whether the user needs to hear about it. When a planned backend fails to query,
@@ -102,7 +103,7 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     errors: list[str] = []
     refusals: list[str] = []
     given: list[Finding] = []
-    ordered = stages(planned)
+    ordered = stages(planned, parts, question)
 
     def call_for(name: str, text: str, feeds: bool) -> BackendCall:
         usages[name] = Usage()

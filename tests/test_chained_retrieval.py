@@ -40,6 +40,25 @@ def test_stages_follow_the_chain_and_an_unlisted_backend_runs_last(monkeypatch: 
     assert ph.stages(["sql", "docs", "graph"]) == [["graph"], ["sql", "docs"]]  # the rest run together, last
 
 
+def test_a_part_that_points_back_runs_after_the_part_it_points_at() -> None:
+    """The database's part comes first in the question and the graph's points back at its answer:
+    the question's order. Parts that do not point back, or in the chain's order already, keep it."""
+    question = "Quem lidera o projeto Lakehouse Migration, e essa pessoa está de plantão em maio?"
+    parts = {"sql": "Quem lidera o projeto Lakehouse Migration", "graph": "essa pessoa está de plantão em maio"}
+    assert ph.stages(["sql", "graph"], parts, question) == [["sql"], ["graph"]]
+    assert ph.stages(["sql", "graph", "docs"], parts, question) == [["docs"], ["sql"], ["graph"]]
+    plain = {"sql": "Quantos incidentes SEV1 tivemos em 2026", "graph": "quem está de plantão em maio"}
+    assert ph.stages(["sql", "graph"], plain, "Quantos incidentes SEV1 tivemos em 2026, e quem está de plantão "
+                                              "em maio?") == [["graph"], ["sql"]]
+    named = {"sql": "Quem comandou o INC-2066", "graph": "E algum serviço tier 1 foi atingido indiretamente nele"}
+    assert ph.stages(["sql", "graph"], named, "Quem comandou o INC-2066? E algum serviço tier 1 foi atingido "
+                                              "indiretamente nele?") == [["graph"], ["sql"]]  # "nele": the incident
+    spoken = {"graph": "Quem foi o primário do auth-service em 2026-W19",
+              "sql": "quantos chamados abertos essa pessoa tem"}
+    assert ph.stages(["sql", "graph"], spoken, "Quem foi o primário do auth-service em 2026-W19, e quantos chamados "
+                                               "abertos essa pessoa tem?") == [["graph"], ["sql"]]
+
+
 def test_the_planner_file_rejects_a_chain_with_an_unknown_backend(monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
     (tmp_path / "planner.yaml").write_text("matching: {}\nchain: [docs, ledger, sql]\n", encoding="utf-8")

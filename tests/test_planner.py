@@ -520,6 +520,23 @@ def test_a_target_or_sla_question_reaches_the_documents(novaops_services: Any) -
         assert "docs" in routed.chosen, (question, routed.trace())
 
 
+def test_a_part_that_points_back_asks_another_source_than_the_part_it_points_at(novaops_services: Any) -> None:
+    """Written for this test, real e5: the second part counts records over the first part's figure
+    ("desse valor"); it is close between the documents, which the first part won, and the
+    database. Planned without the LLM, each part has its source."""
+    routed = ph.route("Pela política de despesas, qual o limite por refeição, e quantas despesas de refeição "
+                      "passaram desse valor em 2026?", novaops_services)
+    assert routed.decision == "close" and routed.best == ["docs", "sql"], routed.trace()
+
+
+def test_a_part_keeps_a_candidate_the_whole_question_ranked_out(novaops_services: Any) -> None:
+    """Written for this test, real e5: the graph is left out of the whole question's ranking (the
+    project lead is the database's), and is the second part's best match (who is on call)."""
+    routed = ph.route("Quem lidera o projeto Lakehouse Migration, e essa pessoa está de plantão em algum "
+                      "momento em maio?", novaops_services)
+    assert "graph" in routed.candidates and routed.best == ["sql", "graph"], routed.trace()
+
+
 def test_the_records_shape_of_the_same_words_stays_with_the_database(novaops_services: Any) -> None:
     """The same nouns asked as records (how long it took, how many, who) are no rule question."""
     for question in ("Quanto tempo, em média, levou o reconhecimento dos incidentes SEV2?",

@@ -598,6 +598,24 @@ def test_a_filter_value_stored_in_another_column_moves_there(layer: SemanticLaye
     assert layer.relink_heard(keyed, heard, _holds(tool, index.columns)) == (keyed, [])
 
 
+def test_a_distinct_count_a_who_question_does_not_ask_for_lists_the_values(layer: SemanticLayer, tool: SQLTool,
+                                                                          novaops: Path) -> None:
+    """Written for this test: "quem lidera o projeto X?" filled by the 1.5B model as the number of
+    distinct members with the lead role. The question asks who: the member, by name. Asked "how
+    many different people", the count stays."""
+    filled = {"measures": ["project_members.count_distinct_employee_id"], "dimensions": ["project.name"],
+              "filters": [{"field": "project.name", "op": "=", "value": "Lakehouse Migration"},
+                          {"field": "project_members.role", "op": "=", "value": "lead"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quem lidera o projeto Lakehouse Migration?")
+    assert not settled.measures and any("asks for no number" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT e.full_name FROM project_members m JOIN projects p ON p.project_id = m.project_id "
+                          "JOIN employees e ON e.employee_id = m.employee_id "
+                          "WHERE p.name = 'Lakehouse Migration' AND m.role = 'lead'")
+    assert gold and results_match(gold, _answer(layer, tool, settled))
+    counted, _ = layer.settle(layer.parse(filled), "Quantas pessoas diferentes lideram o projeto Lakehouse Migration?")
+    assert counted.measures == ["project_members.count_distinct_employee_id"]
+
+
 def test_settle_drops_a_date_written_on_a_column_of_numbers(layer: SemanticLayer, tool: SQLTool,
                                                            novaops: Path) -> None:
     """Written for this test: the 1.5B model filled "the largest budget" with budget = today's

@@ -2014,7 +2014,11 @@ class SemanticLayer:
         if len(measures) != 1 or any(f in self.measure_names for f, _ in order):
             return []
         found = self._measure(measures[0])
-        if found is None or found[2].agg != "count" or not found[2].drill_members:
+        # a count of distinct values lists those values ("quem lidera o projeto X?" filled as the
+        # number of distinct members who lead it)
+        distinct = [found[2].column] if found is not None and found[2].agg == "count_distinct" and found[2].column \
+            else []
+        if found is None or not ((found[2].agg == "count" and found[2].drill_members) or distinct):
             return []
         entity, _, m = found
         if _asks_number(tokens, text, m.synonyms):
@@ -2022,6 +2026,8 @@ class SemanticLayer:
         shown = [d for d in kept if GRAIN_SEP not in d]
         if shown:  # the model chose what to show; a count per row of it is 1
             return shown
+        if distinct:
+            return [f"{entity}.{distinct[0]}"]
         ranged = [f for f, op, _ in filters if f.startswith(f"{entity}.") and f not in self.measure_names and (
             op in ("<", "<=", ">", ">=", "between") or self._dated(f))]
         # a member an `=` filter fixes is the same in every row: it repeats the question ("which

@@ -69,6 +69,7 @@ log = get_logger("tramita.planner")
 
 Decision = Literal["clear", "close", "none"]
 _ID = re.compile(r"\b[A-Za-z]{1,4}-?\d{2,6}\b|\b\d{4}-[WQ]\d{1,2}\b")
+_RECORD_ID = re.compile(r"\b[A-Za-z]{1,4}-\d{2,6}\b")  # a record's id ("INC-2066"), not a week or a quarter
 
 class Matching(BaseModel):
     """`matching:` of policies/planner.yaml (see the file for what each knob does)."""
@@ -155,14 +156,31 @@ def llm_when_close() -> bool:
     return _file().matching.llm_when_close
 
 
-def stages(names: Sequence[str]) -> list[list[str]]:
+def stages(names: Sequence[str], parts: Mapping[str, str] | None = None, question: str = "") -> list[list[str]]:
     """`names` (planned backends) as the stages retrieval runs one after the other (`chain`): a
     backend sees what every earlier stage found; the backends of one stage run in parallel.
+
+    When the planner split the question (`parts`) and a later part points back at an earlier one
+    ("quem lidera o projeto X, e essa pessoa está de plantão?"), the backends of those parts run in
+    the question's order, in the places the chain gives them: the chain puts the graph before the
+    database, and the graph's part would then ask about a person not found yet. Not when the
+    first part names a record by its id: the later part's "nele" points at that record ("quem
+    comandou o INC-…? e algum serviço foi atingido nele?"), which it reads from the question.
     """
     order = _file().chain
-    listed = [[n] for n in order if n in names]
+    listed = [n for n in order if n in names]
     rest = [n for n in names if n not in order]
-    return [*listed, *([rest] if rest else [])]
+    parted = [n for n in listed if parts and n in parts]
+    if parts and len(parted) > 1:
+        from tools.semantic_layer import points_back
+
+        at = {n: question.find(parts[n].split(PART_JOINER)[0].strip()[:40]) for n in parted}
+        spoken = sorted(parted, key=lambda n: at[n])
+        if min(at.values()) >= 0 and spoken != parted and any(points_back(parts[n]) for n in spoken[1:]) \
+                and not _RECORD_ID.search(parts[spoken[0]]):
+            queue = iter(spoken)
+            listed = [next(queue) if n in parted else n for n in listed]
+    return [*([n] for n in listed), *([rest] if rest else [])]
 
 
 def descriptions() -> dict[str, str]:
@@ -498,17 +516,23 @@ class Route:
         ("who was on call …, and how many tickets does that person have?" filled as tickets of the
         service in that week).
         """
+        from tools.semantic_layer import points_back
+
         pieces = self.matches[1:]
         # a source that answers only a part's relation (`hands_on`) claims no part: the part is a
         # chain, the relation's rows then the aggregate over them
         claimed = {n for m in pieces for n in m.required if n in chosen and n not in self.hands_on}
+        won = {m.best for m in pieces if m.decision == "clear"}
         by: dict[str, list[str]] = {}
         for m in pieces:
             top = m.best or (m.ranked[0][0] if m.ranked and m.decision != "none" else None)
             own = [n for n in m.required if n in claimed]
             rest = [n for n, _ in m.ranked if n in chosen and n not in claimed]
+            back = [n for n in rest if n in m.close and n not in won] if m.decision == "close" else []
             if own:  # "… atingido indiretamente": the source its words require answers it
                 top = own[0]
+            elif back and points_back(m.text):  # "… desse valor": not the source of the part it points at
+                top = back[0]
             elif m.decision == "close" and rest:  # a close part: not to a source another part requires
                 top = rest[0]
             if top is not None and top in chosen:
@@ -730,12 +754,22 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         return Route("none", [], [n for n, _ in whole.ranked], matches, "no backend clears the floor", needed,
                      hands_on=relation_only)
     candidates = {n for x in matches for n in x.close} | set(needed)
+    # a part's candidate the whole question's ranking left out (a backend silent on, or deferring
+    # for, the whole) stays a candidate, after the whole's
     ordered = [n for n, _ in whole.ranked if n in candidates]
+    ordered += [n for x in pieces for n, _ in x.ranked if n in candidates and n not in ordered]
     # "how many people are under X, at any level": the graph its words require counts the answer
     # itself; the database, ranked first on "how many people", would count another set
     alone = [n for n in named if not pieces and n not in relation_only and n in counting(question, services)]
     # without the LLM, a question that asks two things takes each part's top source: one source
     # for a two-part question loses the other part's answer
-    tops = {x.ranked[0][0] for x in pieces if x.ranked and x.decision != "none"}
+    # a close part that points back at another part's answer ("… e quantas passaram desse
+    # valor?") asks it of another source: its top is its best candidate no clear part has won
+    from tools.semantic_layer import points_back
+
+    claimed = {x.best for x in pieces if x.decision == "clear"}
+    tops = {next((n for n in x.close if n not in claimed), x.ranked[0][0])
+            if x.decision == "close" and points_back(x.text) else x.ranked[0][0]
+            for x in pieces if x.ranked and x.decision != "none"}
     best = [n for n in names if n in tops | set(needed)] if len(tops) > 1 else []
     return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only, alone)
