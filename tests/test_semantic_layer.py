@@ -616,6 +616,20 @@ def test_a_distinct_count_a_who_question_does_not_ask_for_lists_the_values(layer
     assert counted.measures == ["project_members.count_distinct_employee_id"]
 
 
+def test_a_word_for_another_column_of_the_entity_is_no_value(layer: SemanticLayer) -> None:
+    """Written for this test: "… com decisão tomada em abril" filled with approver_id = 'decisão',
+    the decision date's word; the compiler found no such approver and the query was refused. A
+    name the question says that is no column's word stays."""
+    filled = {"measures": ["expenses.count"], "dimensions": ["approver.full_name"],
+              "filters": [{"field": "expenses.approver_id", "op": "=", "value": "decisão"},
+                          {"field": "expenses.decided_at", "op": "=", "value": "2026-04"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quem mais aprovou despesas com decisão tomada em abril de 2026?")
+    assert [f for f, _, _ in settled.filters] == ["expenses.decided_at"] and any("a word for a column" in n for n in notes)
+    named = {**filled, "filters": [{"field": "approver.full_name", "op": "=", "value": "Patrícia Gomes"}]}
+    kept, _ = layer.settle(layer.parse(named), "Quantas despesas a Patrícia Gomes aprovou com decisão em abril?")
+    assert ("approver.full_name", "=", "Patrícia Gomes") in kept.filters
+
+
 def test_settle_drops_a_date_written_on_a_column_of_numbers(layer: SemanticLayer, tool: SQLTool,
                                                            novaops: Path) -> None:
     """Written for this test: the 1.5B model filled "the largest budget" with budget = today's

@@ -872,7 +872,7 @@ class SemanticLayer:
         q, dropped_roles = self._reachable_roles(q, text)
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
-        dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (the word for the column, not a value)"
+        dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (a word for a column, not a value)"
                                                          for f, o, v in merged if (f, o, v) not in filters)]
         dated = [flt for flt in filters if self._date_on_number(*flt)]
         filters = [flt for flt in filters if flt not in dated]
@@ -1564,7 +1564,8 @@ class SemanticLayer:
 
     def _column_word(self, name: str, op: str, value: Any) -> bool:
         """Whether an `=` filter's value is only a word for its own column ("cada escritório" filled
-        as office_city = 'escritório'), and not one of the column's declared values.
+        as office_city = 'escritório') or for another column of its entity, and not one of the
+        column's declared values.
         """
         found = self._dimension(name)
         if op != "=" or not isinstance(value, str) or found is None:
@@ -1579,7 +1580,11 @@ class SemanticLayer:
                     if j.entity == entity and (j.target_column or self.spec.entities[entity].primary_key) == column
                     for d_name, d in other.dimensions.items() if (d.column or d_name) == j.column
                     for w in [role, *j.synonyms, *d.synonyms]]
-        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined, *pointing]}
+        # a word for another column of the entity is no value of this one either ("approver_id =
+        # 'decisão'", the decision date's word, filled by the 1.5B model)
+        others = [w for d_name, d in self.spec.entities[entity].dimensions.items() if d_name != member
+                  for w in [d_name.replace("_", " "), *d.synonyms]]
+        words = {fold(w) for w in [member.replace("_", " "), *dim.synonyms, *joined, *pointing, *others]}
         return key not in _declared_words(dim) and any(key in (w, w + "s", w + "es") for w in words)
 
     def _measure(self, name: str) -> tuple[str, Entity, Measure] | None:
