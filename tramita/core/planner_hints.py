@@ -436,6 +436,17 @@ class Match:
     near_rule: bool = False  # a lead in the `near` band: the rules' backend joins the text's own sources
     required: list[str] = field(default_factory=list)  # backends this part's words require (parts only)
 
+    def pointing_candidates(self, won: set[str | None]) -> list[str]:
+        """A close part that points back at another part's answer ("… e quantas passaram desse
+        valor?") asks it of another source: its close candidates that no clear part has won (`won`),
+        best first; [] for a clear part or one that points at nothing.
+        """
+        from tools.semantic_layer import points_back
+
+        if self.decision != "close" or not points_back(self.text):
+            return []
+        return [n for n in self.close if n not in won]
+
     def trace(self) -> dict[str, Any]:
         """The match as the turn trace shows it."""
         out: dict[str, Any] = {"text": self.text[:120], "decision": self.decision, "best": self.best,
@@ -516,8 +527,6 @@ class Route:
         ("who was on call …, and how many tickets does that person have?" filled as tickets of the
         service in that week).
         """
-        from tools.semantic_layer import points_back
-
         pieces = self.matches[1:]
         # a source that answers only a part's relation (`hands_on`) claims no part: the part is a
         # chain, the relation's rows then the aggregate over them
@@ -528,10 +537,10 @@ class Route:
             top = m.best or (m.ranked[0][0] if m.ranked and m.decision != "none" else None)
             own = [n for n in m.required if n in claimed]
             rest = [n for n, _ in m.ranked if n in chosen and n not in claimed]
-            back = [n for n in rest if n in m.close and n not in won] if m.decision == "close" else []
+            back = [n for n in m.pointing_candidates(won) if n in rest]
             if own:  # "… atingido indiretamente": the source its words require answers it
                 top = own[0]
-            elif back and points_back(m.text):  # "… desse valor": not the source of the part it points at
+            elif back:  # "… desse valor": not the source of the part it points at
                 top = back[0]
             elif m.decision == "close" and rest:  # a close part: not to a source another part requires
                 top = rest[0]
@@ -763,13 +772,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     alone = [n for n in named if not pieces and n not in relation_only and n in counting(question, services)]
     # without the LLM, a question that asks two things takes each part's top source: one source
     # for a two-part question loses the other part's answer
-    # a close part that points back at another part's answer ("… e quantas passaram desse
-    # valor?") asks it of another source: its top is its best candidate no clear part has won
-    from tools.semantic_layer import points_back
-
-    claimed = {x.best for x in pieces if x.decision == "clear"}
-    tops = {next((n for n in x.close if n not in claimed), x.ranked[0][0])
-            if x.decision == "close" and points_back(x.text) else x.ranked[0][0]
-            for x in pieces if x.ranked and x.decision != "none"}
+    # a close part that points back takes its best candidate no clear part has won
+    won = {x.best for x in pieces if x.decision == "clear"}
+    tops = {(x.pointing_candidates(won) or [x.ranked[0][0]])[0] for x in pieces if x.ranked and x.decision != "none"}
     best = [n for n in names if n in tops | set(needed)] if len(tops) > 1 else []
     return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only, alone)
