@@ -24,7 +24,7 @@ from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, svc, trace, user_text
 from tools.backends import BACKENDS, BackendCall
-from tools.backends.base import PART_JOINER, Finding
+from tools.backends.base import Finding, part_position
 from tools.llm import Usage
 from tramita.core.planner_hints import stages
 
@@ -82,7 +82,7 @@ def reads(question: str, parts: Mapping[str, str], reader: str, source: str) -> 
     """
     if reader not in parts or source not in parts:
         return True
-    at = {n: question.find(parts[n].split(PART_JOINER)[0].strip()[:40]) for n in (reader, source)}
+    at = {n: part_position(question, parts[n]) for n in (reader, source)}
     return at[reader] < 0 or at[source] < 0 or at[source] < at[reader]
 
 

@@ -1239,10 +1239,8 @@ class SemanticLayer:
         for name in dimensions:
             at = self._dimension(name.partition(GRAIN_SEP)[0])
             spent += at[3].synonyms if at is not None else []
-        rest = " " + " ".join(fold(question).split()) + " "
-        for words in sorted(spent, key=len, reverse=True):
-            key = " ".join(fold(words).split())
-            rest = rest.replace(f" {key} ", " ").replace(f" {key}s ", " ")
+        keys = [" ".join(fold(w).split()) for w in spent]
+        rest = " " + " ".join(_without_phrases(fold(question).split(), [*keys, *(k + "s" for k in keys)])) + " "
         taken = {f for f, _, _ in filters} | {d.partition(GRAIN_SEP)[0] for d in dimensions}
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []

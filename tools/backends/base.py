@@ -107,6 +107,13 @@ MAX_FINDING_VALUES = 30
 PART_JOINER = "; "  # between the pieces of a question that one backend answers (`Plan.parts`)
 
 
+def part_position(question: str, part: str) -> int:
+    """Where a backend's part (`Plan.parts`; several joined pieces: the first) starts in the
+    question, by its first 40 characters; -1 when it is not found there.
+    """
+    return question.find(part.split(PART_JOINER)[0].strip()[:40])
+
+
 def row_findings(context: dict[str, Any]) -> list[Finding]:
     """A query backend's rows as findings: one per column, its distinct text cells (numbers and
     empty cells say nothing a later query could be bounded by). None for a failed or empty result.

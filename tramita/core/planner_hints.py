@@ -52,7 +52,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools.backends import BACKENDS
-from tools.backends.base import PART_JOINER
+from tools.backends.base import PART_JOINER, part_position
 from tools.backends.base import question_parts as parts
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
@@ -174,7 +174,7 @@ def stages(names: Sequence[str], parts: Mapping[str, str] | None = None, questio
     if parts and len(parted) > 1:
         from tools.semantic_layer import points_back
 
-        at = {n: question.find(parts[n].split(PART_JOINER)[0].strip()[:40]) for n in parted}
+        at = {n: part_position(question, parts[n]) for n in parted}
         spoken = sorted(parted, key=lambda n: at[n])
         if min(at.values()) >= 0 and spoken != parted and any(points_back(parts[n]) for n in spoken[1:]) \
                 and not _RECORD_ID.search(parts[spoken[0]]):
