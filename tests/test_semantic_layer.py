@@ -24,6 +24,7 @@ from tools.semantic_layer import (
     check_model,
     layer_for,
     period_bounds,
+    period_labels,
     question_durations,
     question_periods,
     stored_values,
@@ -2116,3 +2117,80 @@ def test_an_aggregate_of_the_column_only_the_order_names_is_each_row_s_value(lay
     assert not rows.measures and any("each row's own value" in n for n in notes)
     assert len(gold) > 1 and results_match(gold, _answer(layer, tool, rows))
     assert not results_match(gold, _answer(layer, tool, layer.parse(filled)))
+
+
+# ------------------------------------------------------------------ a text column that names periods
+
+def test_a_period_reads_as_the_labels_of_a_column_that_names_periods() -> None:
+    """A year is four quarters, a half two, a month lies in one quarter but is not all of it."""
+    assert period_labels("2026", "quarter") == (["2026-Q1", "2026-Q2", "2026-Q3", "2026-Q4"], True)
+    assert period_labels("2026-H2", "quarter") == (["2026-Q3", "2026-Q4"], True)
+    assert period_labels("2026-Q3", "quarter") == (["2026-Q3"], True)
+    assert period_labels("2026-03", "quarter") == (["2026-Q1"], False)
+    assert period_labels("2026-Q1", "month") == (["2026-01", "2026-02", "2026-03"], True)
+    with pytest.raises(SemanticQueryError):
+        period_labels("Q3", "quarter")
+
+
+@pytest.mark.parametrize(("question", "filled", "gold"), [
+    # written for this test: the budget "for" a quarter or a year is the quarter column's, not the
+    # approval date's (every budget was approved on one day of the year before)
+    ("Qual o orçamento total aprovado para o time de Dados em 2026?",
+     {"measures": ["budgets.sum_amount_usd"], "filters": [{"field": "teams.name", "op": "=", "value": "Dados"},
+                                                          {"field": "budgets.approved_on", "op": "=", "value": "2026"}]},
+     "SELECT SUM(b.amount_usd) FROM budgets b JOIN teams t ON t.team_id = b.team_id "
+     "WHERE t.name = 'Dados' AND b.quarter LIKE '2026-%'"),
+    ("Which budget change requests are for the second half of 2026?",
+     {"dimensions": ["budget_requests.request_id"],
+      "filters": [{"field": "budget_requests.quarter", "op": "=", "value": "second half of 2026"}]},
+     "SELECT request_id FROM budget_requests WHERE quarter IN ('2026-Q3', '2026-Q4') ORDER BY request_id"),
+    ("Quais pedidos de mudança de orçamento são para o 2º trimestre de 2026?",
+     {"dimensions": ["budget_requests.request_id"],
+      "filters": [{"field": "budget_requests.quarter", "op": "=", "value": "2026-Q2"}]},
+     "SELECT request_id FROM budget_requests WHERE quarter = '2026-Q2'"),
+])
+def test_a_period_the_question_names_reads_on_a_column_that_names_periods(
+        question: str, filled: dict[str, Any], gold: str, layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    q, _ = layer.read_periods(layer.parse(filled), question, "2026-05-15")
+    q, notes = layer.settle(q, question)
+    assert any(f == filled["filters"][-1]["field"].replace("approved_on", "quarter") for f, _, _ in q.filters), notes
+    assert results_match(_rows(novaops, gold), _answer(layer, tool, q), ordered=sql_is_ordered(gold), strict=True)
+
+
+def test_a_period_stays_on_the_date_a_question_names_or_when_it_is_part_of_one(layer: SemanticLayer) -> None:
+    """Written for this test: "criados em 2026" dates the requests; "em março" is a part of a
+    quarter, so the approval date keeps it (no quarter holds March alone)."""
+    created = {"measures": ["budget_requests.count"],
+               "filters": [{"field": "budget_requests.created_at", "op": "=", "value": "2026"}]}
+    kept, _ = layer.read_periods(layer.parse(created), "Quantos pedidos de orçamento foram criados em 2026?",
+                                 "2026-05-15")
+    assert kept.filters == [("budget_requests.created_at", "=", "2026")]
+    moved, notes = layer.read_periods(layer.parse(created), "Quantos pedidos de orçamento são de 2026?", "2026-05-15")
+    assert moved.filters == [("budget_requests.quarter", "=", "2026")] and "moved to" in notes[0]
+    march = {"measures": ["budgets.count"], "filters": [{"field": "budgets.approved_on", "op": "=", "value": "2026-03"}]}
+    assert layer.read_periods(layer.parse(march), "Quantos orçamentos de março de 2026?",
+                              "2026-05-15")[0].filters == [("budgets.approved_on", "=", "2026-03")]
+
+
+def test_a_bound_on_a_column_that_names_periods_compares_its_labels(layer: SemanticLayer, tool: SQLTool,
+                                                                   novaops: Path) -> None:
+    before = layer.parse({"dimensions": ["budget_requests.request_id"],
+                          "filters": [{"field": "budget_requests.quarter", "op": "<", "value": "2026-H2"}],
+                          "order": [{"field": "budget_requests.request_id", "direction": "asc"}]})
+    gold = "SELECT request_id FROM budget_requests WHERE quarter < '2026-Q3' ORDER BY request_id"
+    assert results_match(_rows(novaops, gold), _answer(layer, tool, before), ordered=True, strict=True)
+    wrong = layer.parse({"measures": ["budgets.count"],
+                         "filters": [{"field": "budgets.quarter", "op": "=", "value": "third quarter"}]})
+    with pytest.raises(SemanticQueryError, match="budgets.quarter"):
+        layer.compile(wrong, stored_values(tool))
+
+
+def test_a_stored_value_that_names_no_period_fails_the_check_naming_the_entry(novaops: Path) -> None:
+    with closing(sqlite3.connect(novaops)) as conn:
+        conn.execute("UPDATE budgets SET quarter = 'Q3/2026' WHERE budget_id = "
+                     "(SELECT MIN(budget_id) FROM budgets)")
+        conn.commit()
+    with pytest.raises(PolicyError) as err:
+        check_model(MODEL, _engine(novaops))
+    assert "field entities.budgets.dimensions.quarter.names_period: stored value 'Q3/2026' does not name a quarter" \
+        in str(err.value)

@@ -253,7 +253,8 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     if periods:
         named = sorted({m.name for m in mentions if m.kind == "column" and m.name.split(".", 1)[1] in dated
                         and m.name.split(".", 1)[0] == base})
-        default = ent.period_dimension()
+        period = next(iter(periods))
+        default = layer.period_home(base, period) or ent.period_dimension()  # a budget "do 3º trimestre": its quarter
         date = named[0] if len(named) == 1 else f"{base}.{default}" if default and not named else None
         if date is None:
             return None

@@ -74,6 +74,7 @@ __all__ = [
     "check_model",
     "layer_for",
     "period_bounds",
+    "period_labels",
 ]
 
 MAX_REPAIRS = 1  # one more LLM call with the refusal shown; then raw text-to-SQL takes over
@@ -333,6 +334,37 @@ def period_bounds(text: str) -> tuple[dt.date, dt.date]:
     except ValueError as exc:
         raise SemanticQueryError(f"{text!r} is not a valid period: {exc}") from exc
     return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+
+
+def _period_label(day: dt.date, grain: str) -> str:
+    """The period of `grain` that holds `day`, written as the calendar writes it (`PERIOD_TEXT`)."""
+    if grain == "year":
+        return f"{day.year}"
+    if grain == "quarter":
+        return f"{day.year}-Q{(day.month - 1) // 3 + 1}"
+    if grain == "month":
+        return f"{day:%Y-%m}"
+    if grain == "week":
+        iso = day.isocalendar()
+        return f"{iso.year}-W{iso.week:02d}"
+    return day.isoformat()
+
+
+def period_labels(period: str, grain: str) -> tuple[list[str], bool]:
+    """The periods of `grain` that `period` overlaps, in order, and whether they cover exactly it
+    ('2026' in quarters: 2026-Q1…Q4, exactly; '2026-03': 2026-Q1, not exactly). Why: a column that
+    stores a period as text ('2026-Q3') is asked about by any period ("em 2026", "no segundo
+    semestre"), and a text comparison finds only the value written the same way.
+    """
+    start, end = period_bounds(period)
+    out: list[str] = []
+    day = start
+    while day < end:
+        label = _period_label(day, grain)
+        if label not in out:
+            out.append(label)
+        day += dt.timedelta(days=1)
+    return out, period_bounds(out[0])[0] == start and period_bounds(out[-1])[1] == end if out else False
 
 
 _ORDINAL = {"1": 1, "2": 2, "3": 3, "4": 4, "primeiro": 1, "segundo": 2, "terceiro": 3, "quarto": 4, "first": 1,
@@ -898,12 +930,12 @@ class SemanticLayer:
         timeless = _without_phrases(tokens, folded_cues().open_ended)  # "até hoje" bounds nothing
         if not _names_time(question, timeless):
             # a period the question never states is the model's ("today", by default), not the user's
-            timed = [(f, o, v) for f, o, v in filters if o not in ("is_null", "not_null") and self._dated(f)]
+            timed = [(f, o, v) for f, o, v in filters if o not in ("is_null", "not_null") and self._timed(f)]
             dropped += [f"filter {f} {o} {v!r} (the question names no period)" for f, o, v in timed]
             filters = [flt for flt in filters if flt not in timed]
         elif not _names_day(question, timeless):
             # "the most recent incident" names a time, not a day: one day fixed is the model's
-            days = [(f, o, v) for f, o, v in filters if o == "=" and self._dated(f) and _DAY.fullmatch(str(v))]
+            days = [(f, o, v) for f, o, v in filters if o == "=" and self._timed(f) and _DAY.fullmatch(str(v))]
             dropped += [f"filter {f} {o} {v!r} (the question names no day)" for f, o, v in days]
             filters = [flt for flt in filters if flt not in days]
         filters, scaled = self._on_scale(filters, text)
@@ -1160,7 +1192,8 @@ class SemanticLayer:
         out: list[tuple[str, str, Any]] = []
         for name, op, value in filters:
             found = self._dimension(name)
-            if found is None or op not in ("=", "!=", "in", "not_in") or self.kind(found[1], found[2]) != "string":
+            if found is None or op not in ("=", "!=", "in", "not_in") or self.kind(found[1], found[2]) != "string" \
+                    or found[3].names_period is not None:  # a period is said by the question's time words
                 out.append((name, op, value))
                 continue
             dim = found[3]
@@ -1200,14 +1233,14 @@ class SemanticLayer:
         notes: list[str] = []
         # a day the model wrote on a column of no date ("approver_id = today") where the question
         # names one period and no date filter holds it: the user's period, on the query's date column
-        moved = self._period_column(q) if lone is not None and not any(self._dated(f) for f, _, _ in q.filters) \
+        moved = self._period_column(q) if lone is not None and not any(self._timed(f) for f, _, _ in q.filters) \
             else None
         for f, op, v in q.filters:
-            if moved is not None and not self._dated(f) and op == "=" and isinstance(v, str) \
+            if moved is not None and not self._timed(f) and op == "=" and isinstance(v, str) \
                     and _DAY.fullmatch(v.strip()):
                 notes.append(f"filter {f} {op} {v!r} read as {moved} = {lone!r} (the period the question names)")
                 f, v, moved = moved, lone, None
-            new = ([read(x) for x in v] if isinstance(v, list) else read(v)) if self._dated(f) else v
+            new = ([read(x) for x in v] if isinstance(v, list) else read(v)) if self._timed(f) else v
             if new != v:
                 notes.append(f"filter {f} {op} {v!r} read as period {new!r} (the user's words)")
                 v = new
@@ -1241,6 +1274,9 @@ class SemanticLayer:
             spent += at[3].synonyms if at is not None else []
         keys = [" ".join(fold(w).split()) for w in spent]
         rest = " " + " ".join(_without_phrases(fold(question).split(), [*keys, *(k + "s" for k in keys)])) + " "
+        # the question less its period's words: a date of the rows it names anywhere keeps the period there
+        whole = " " + " ".join(_without_phrases(fold(question).split(), [" ".join(fold(w).split())
+                                                                          for w in period_words])) + " "
         taken = {f for f, _, _ in filters} | {d.partition(GRAIN_SEP)[0] for d in dimensions}
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []
@@ -1253,8 +1289,40 @@ class SemanticLayer:
                     notes.append(f"filter {f} {op} {v!r} moved to {named[0]} (the date the question names)")
                     f = named[0]
                     taken.add(f)
+                elif not named and not self._said_column(at[1], at[2], whole):
+                    f = self._period_home(f, op, v, at, taken, notes)
             out.append((f, op, v))
         return out, notes
+
+    def _period_home(self, name: str, op: str, value: Any, at: tuple[str, str, str, Dimension], taken: set[str],
+                     notes: list[str]) -> str:
+        """`period_home`'s column for a period put on a date column the question does not name; else `name`."""
+        home = self.period_home(at[1], value) if op in ("=", "in", "between", "<", "<=", ">", ">=") else None
+        if home is None or f"{at[0]}.{home}" in taken:
+            return name
+        notes.append(f"filter {name} {op} {value!r} moved to {at[0]}.{home} (the period the rows are for; the "
+                     "question names no date of them)")
+        taken.add(f"{at[0]}.{home}")
+        return f"{at[0]}.{home}"
+
+    def period_home(self, entity: str, value: Any) -> str | None:
+        """The one column of `entity` that names periods (`Dimension.names_period`), for a period
+        the question names without naming a date of the rows, when the period is whole periods of
+        that column's grain: "o orçamento do terceiro trimestre de 2026" is the budget for that
+        quarter, not one approved in it. None for a part of one ("em março": the quarter holds more
+        than March), or when the entity has no such column or several.
+        """
+        homes = self._period_texts(entity)
+        if len(homes) != 1:
+            return None
+        member, grain = next(iter(homes.items()))
+        values = value if isinstance(value, list) else [value]
+        try:
+            whole = all(isinstance(v, str) and bool(_PERIOD.match(v.strip())) and period_labels(v.strip(), grain)[1]
+                        for v in values)
+        except SemanticQueryError:
+            return None
+        return member if whole and values else None
 
     def _period_column(self, q: QueryObject) -> str | None:
         """The period dimension of the entity the query counts, or lists; None when it has none."""
@@ -1379,6 +1447,51 @@ class SemanticLayer:
     def _dated(self, name: str) -> bool:
         found = self._dimension(name)
         return found is not None and self.kind(found[1], found[2]) in ("date", "timestamp")
+
+    def _timed(self, name: str) -> bool:
+        """A date column, or a text column that names periods (`Dimension.names_period`): either
+        holds the periods a question names.
+        """
+        found = self._dimension(name)
+        return found is not None and (self._dated(name) or found[3].names_period is not None)
+
+    def _period_texts(self, entity: str) -> dict[str, str]:
+        """The entity's text columns that name periods, with the grain each names."""
+        ent = self.spec.entities.get(entity)
+        return {d: dim.names_period for d, dim in ent.dimensions.items() if dim.names_period} if ent else {}
+
+    @staticmethod
+    def _period_text_filter(name: str, op: str, value: Any, grain: str) -> tuple[str, str, Any]:
+        """A filter on a column that names periods of `grain`, over the stored labels: a period is
+        the labels it overlaps ("= 2026" → in 2026-Q1…Q4), a bound is the label at its edge
+        ("< 2026-Q3" stays, ">= 2026" → >= 2026-Q1). The labels sort as text in time order.
+        """
+        def labels(v: Any) -> list[str]:
+            try:
+                return period_labels(str(v), grain)[0]
+            except SemanticQueryError as exc:
+                raise SemanticQueryError(f"{name}: {exc}") from exc
+
+        if op == "contains":  # "quarter contains '2026'": the periods within it; "contains 'Q3'" as said
+            try:
+                return name, "in", labels(value)
+            except SemanticQueryError:
+                return name, op, value
+        if op in ("=", "in", "!=", "not_in"):
+            found = list(dict.fromkeys(x for v in (value if isinstance(value, list) else [value]) for x in labels(v)))
+            positive = op in ("=", "in")
+            if len(found) == 1:
+                return name, "=" if positive else "!=", found[0]
+            return name, "in" if positive else "not_in", found
+        if op == "between":
+            if not isinstance(value, list) or len(value) != 2:
+                raise SemanticQueryError(f"{name}: between takes two periods")
+            return name, "between", [labels(value[0])[0], labels(value[1])[-1]]
+        if op in ("<", ">="):
+            return name, op, labels(value)[0]
+        if op in (">", "<="):
+            return name, op, labels(value)[-1]
+        raise SemanticQueryError(f"{name}: operator {op} does not apply to periods")
 
     def _segment_filters(self, filters: list[tuple[str, str, Any]], segments: list[str]
                          ) -> tuple[list[tuple[str, str, Any]], list[str], list[str]]:
@@ -2227,6 +2340,8 @@ class SemanticLayer:
             _check_shape(name, op, value)
             if op in ("is_null", "not_null"):
                 out.append((name, op, None))
+            elif ref.member in self._period_texts(ref.entity):
+                out.append(self._period_text_filter(name, op, value, self._period_texts(ref.entity)[ref.member]))
             elif kind in ("date", "timestamp"):
                 for v in (value if isinstance(value, list) else [value]):
                     if not _is_exact_timestamp(v):

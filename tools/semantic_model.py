@@ -30,6 +30,7 @@ from tramita.base.policyfile import PolicyError, load_model
 __all__ = [
     "GRAINS",
     "OPERATORS",
+    "PERIOD_TEXT",
     "Catalog",
     "ColumnKind",
     "Condition",
@@ -63,6 +64,10 @@ Operator = Literal["=", "!=", ">", ">=", "<", "<=", "in", "not_in", "between", "
 OPERATORS: tuple[str, ...] = ("=", "!=", ">", ">=", "<", "<=", "in", "not_in", "between", "contains", "is_null",
                               "not_null")
 Scalar = str | int | float | bool
+# how a text column writes one period of each grain (`Dimension.names_period`)
+PERIOD_TEXT: dict[str, re.Pattern[str]] = {
+    "day": re.compile(r"\d{4}-\d{2}-\d{2}"), "week": re.compile(r"\d{4}-W\d{2}"),
+    "month": re.compile(r"\d{4}-\d{2}"), "quarter": re.compile(r"\d{4}-Q[1-4]"), "year": re.compile(r"\d{4}")}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -88,6 +93,10 @@ class Dimension(_Strict):
     synonyms: list[str] = Field(default_factory=list)
     values: dict[str, list[str]] = Field(default_factory=dict)  # stored value -> words people use for it
     time_grains: list[Grain] = Field(default_factory=list)
+    names_period: Grain | None = Field(None, description=(
+        "a text column each of whose values names one calendar period of this grain, written as the "
+        "calendar writes it ('2026-Q3', '2026-03', '2026-W19', '2026'): a period the question names is "
+        "read as the values it covers"))
     ranked: Ranked | None = Field(None, description=(
         "the `values` are a scale, listed from the top (most urgent, worst) down: a comparison with one "
         "of them is the values on one side of it"))
@@ -231,6 +240,9 @@ def check_spec(spec: SemanticModelSpec) -> list[str]:
                     problems.append(f"{dat}.expr: {exc}")
             if dim.time_grains and dim.type not in (None, "date", "timestamp"):
                 problems.append(f"{dat}.time_grains: only date and timestamp dimensions have time grains")
+            if dim.names_period is not None and (dim.time_grains or dim.expr or dim.type not in (None, "string")):
+                problems.append(f"{dat}.names_period: only a text column names periods (not a date, a number "
+                                "or an expression)")
         for mname, meas in ent.measures.items():
             mat = f"{at}.measures.{mname}"
             if meas.agg != "count" and not meas.column:
@@ -454,6 +466,29 @@ def check_against_catalog(spec: SemanticModelSpec, catalog: Catalog) -> list[str
     return problems
 
 
+def _check_period_text(spec: SemanticModelSpec, engine: Any) -> list[str]:
+    """Each stored value of a column that names periods (`Dimension.names_period`) is written as
+    the calendar writes its grain; a value that is not would never be found by a period filter.
+    """
+    from sqlalchemy import text
+
+    problems: list[str] = []
+    with engine.connect() as conn:
+        for ename, ent in spec.entities.items():
+            for dname, dim in ent.dimensions.items():
+                if dim.names_period is None:
+                    continue
+                column = dim.column or dname
+                form = PERIOD_TEXT[dim.names_period]
+                rows = conn.execute(text(f'SELECT DISTINCT "{column}" FROM "{ent.table_name(ename)}" '
+                                         f'WHERE "{column}" IS NOT NULL')).fetchall()
+                bad = [str(r[0]) for r in rows if not form.fullmatch(str(r[0]))]
+                if bad:
+                    problems.append(f"entities.{ename}.dimensions.{dname}.names_period: stored value {bad[0]!r} "
+                                    f"does not name a {dim.names_period} (written like {form.pattern!r})")
+    return problems
+
+
 def _target_column(target: Entity) -> str:
     pk = target.primary_key or ""
     dim = target.dimensions.get(pk)
@@ -467,7 +502,7 @@ def validate_against_database(path: Path, engine: Any) -> dict[str, int]:
     spec = load_semantic_model(path)
     tables = [e.table_name(n) for n, e in spec.entities.items()]
     catalog = catalog_from_engine(engine, tables)
-    problems = check_against_catalog(spec, catalog)
+    problems = check_against_catalog(spec, catalog) or _check_period_text(spec, engine)
     if problems:
         raise PolicyError("\n".join(f"{path}: field {p}" for p in problems))
     return {"entities": len(spec.entities),
