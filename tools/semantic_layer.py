@@ -920,7 +920,8 @@ class SemanticLayer:
         said = self._said_filters(filters, unspent, {fold(h) for h in heard} | self._segment_values(text))
         dropped += [f"filter {f} {o} {v!r} (a value the question does not say)" for f, o, v in filters
                     if (f, o, v) not in said]
-        filters = said
+        filters, twice = self._one_filter_per_value(said, tokens)
+        dropped += twice
         added = self._said_values(q, segments, filters, tokens, unspent)
         filters += added
         dropped += [f"filter {f} {o} {v!r} added (the question says it)" for f, o, v in added]
@@ -1046,6 +1047,16 @@ class SemanticLayer:
             if named and self._lists(q, [*kept, *named]):
                 kept = [*kept, *named]
                 dropped += [f"{n} (names the rows of the key shown)" for n in named]
+        if measures:
+            grouped = self._named_breakdown(q, measures, kept, tokens)
+            kept += grouped
+            dropped += [f"{g} added (the question asks for the figure per {g.split('.', 1)[1]})" for g in grouped]
+        if measures and kept and folded_cues().person & set(tokens):
+            # "who approved the most expensive …" grouped by the approver's key: the person, by name
+            named = self._key_labels(kept)
+            if named and self._groups(q, measures, [*kept, *named]):
+                kept = [*kept, *named]
+                dropped += [f"{n} (names the rows of the key shown; the question asks who)" for n in named]
         if measures and kept and order and limit is None and all(f in measures for f, _ in order) \
                 and not ranking_words(tokens) and not folded_cues().order & set(tokens):
             # the model orders "how many per office" by the count on its own: the question asks for
@@ -1100,6 +1111,51 @@ class SemanticLayer:
             return False
         label = self._label(prefix)
         return label is not None and f"{prefix}.{label}" in dimensions
+
+    @staticmethod
+    def _list_words(tokens: list[str]) -> list[str]:
+        """The words of `tokens` that ask for rows (`list_cues`: which, quais, list)."""
+        cues = {fold(w) for ws in query_cue_file().list_cues.values() for w in ws}
+        return [t for t in tokens if t in cues]
+
+    def _named_breakdown(self, q: QueryObject, measures: list[str], kept: list[str], tokens: list[str]) -> list[str]:
+        """The one column a breakdown cue names ("por cidade de escritório", "per office") that
+        the model left out of an aggregate: a dimension, of an entity the measures' entity reaches
+        by its default joins, one of whose words follows the cue (a filler may stand between).
+        [] when none or several do, or the question already groups by it.
+
+        Why: the small model filled "quanto foi gasto com hospedagem por cidade de escritório"
+        with one total; the office is the spender's, a column of another entity.
+        """
+        try:
+            base = self.plan(QueryObject(q.expressible, measures, [], list(q.segments), list(q.filters), [],
+                                         None)).base
+        except SemanticQueryError:
+            return []
+        shown = {d.partition(GRAIN_SEP)[0] for d in kept}
+        found: list[str] = []
+        for entity, paths in self._reach(base).items():
+            if len(paths) != 1:
+                continue  # two ways to reach it: whose column is meant is not said
+            for dname, dim in self.spec.entities[entity].dimensions.items():
+                if dim.time_grains or f"{entity}.{dname}" in shown:
+                    continue
+                if any(_after_cue(tokens, w, folded_cues().breakdown) for w in dim.synonyms):
+                    found.append(f"{entity}.{dname}")
+        found = list(dict.fromkeys(found))
+        target = self._dimension(found[0]) if len(found) == 1 else None
+        if target is None or any((d := self._dimension(k)) is not None and d[1:3] == target[1:3]
+                                 for k in kept if GRAIN_SEP not in k):
+            return []  # none, several, or that column already groups under another name
+        return found if self._groups(q, measures, [*kept, *found]) else []
+
+    def _groups(self, q: QueryObject, measures: list[str], dimensions: list[str]) -> bool:
+        """Whether `measures` grouped by `dimensions` under `q`'s segments and filters plans."""
+        try:
+            self.plan(QueryObject(q.expressible, measures, dimensions, list(q.segments), list(q.filters), [], None))
+        except SemanticQueryError:
+            return False
+        return True
 
     def _lists(self, q: QueryObject, dimensions: list[str]) -> bool:
         """Whether a list of `dimensions` under `q`'s segments and filters plans (one base entity reaches them)."""
@@ -1185,6 +1241,41 @@ class SemanticLayer:
                         t in cues.time or t.isdigit() for t in tokens[i + n:i + n + 3]):
                     spent.update(range(i, i + n))
         return {t for i, t in enumerate(tokens) if i not in spent}
+
+    def _one_filter_per_value(self, filters: list[tuple[str, str, Any]], tokens: list[str]
+                              ) -> tuple[list[tuple[str, str, Any]], list[str]]:
+        """One `=` filter for a text value the question says once, when the model put it on two
+        columns ("no escritório de Lisboa": the people's office, not also their team's home city;
+        "do time de SRE": the team, not also a job title): the column whose words, or whose
+        entity's words, stand in the three words before the value. Unchanged when none or
+        several do. Why: both filters together ask for rows that have it twice, and find fewer.
+        """
+        groups: dict[str, list[tuple[str, str, Any]]] = {}
+        for flt in filters:
+            if flt[1] == "=" and isinstance(flt[2], str) and self._dimension(flt[0]) is not None:
+                groups.setdefault(" ".join(re.findall(r"\w+", fold(flt[2]))), []).append(flt)
+        out = list(filters)
+        notes: list[str] = []
+        for key, group in groups.items():
+            words = key.split()
+            starts = [i for i in range(len(tokens)) if tokens[i:i + len(words)] == words] if words else []
+            if len(group) < 2 or len(starts) != 1:
+                continue
+            before = " " + " ".join(tokens[max(0, starts[0] - 3):starts[0]]) + " "
+            near = [flt for flt in group if self._named_near(flt[0], before)]
+            if len(near) == 1:
+                out = [flt for flt in out if flt not in group or flt == near[0]]
+                notes += [f"filter {f} = {v!r} (the value is said once, for {near[0][0]})"
+                          for f, _, v in group if (f, "=", v) != near[0]]
+        return out, notes
+
+    def _named_near(self, name: str, before: str) -> bool:
+        """Whether `before` (folded words, spaced) says the column of dimension `name` or its entity."""
+        found = self._dimension(name)
+        if found is None:
+            return False
+        ent = self.spec.entities[found[1]]
+        return any(_has(before, w) for w in [*found[3].synonyms, *ent.synonyms, found[1]])
 
     def _said_filters(self, filters: list[tuple[str, str, Any]], words: set[str], heard: set[str]
                       ) -> list[tuple[str, str, Any]]:
@@ -1280,9 +1371,18 @@ class SemanticLayer:
         taken = {f for f, _, _ in filters} | {d.partition(GRAIN_SEP)[0] for d in dimensions}
         out: list[tuple[str, str, Any]] = []
         notes: list[str] = []
+        tokens = fold(question).split()
         for f, op, v in filters:
             at = self._dimension(f) if self._dated(f) else None
-            if at is not None and not self._said_column(at[1], at[2], rest):
+            nearest = self._date_before_period(at, v, tokens, period_words) if at is not None else None
+            if nearest is not None:
+                # "incidents opened in 2026 that took … to resolve": both dates named; the period's
+                # is the one named right before it (where the model put it, or moved there)
+                if nearest != f and nearest not in {g for g, _, _ in [*filters, *out]}:
+                    notes.append(f"filter {f} {op} {v!r} moved to {nearest} (the date named right before the period)")
+                    f = nearest
+                    taken.add(f)
+            elif at is not None and not self._said_column(at[1], at[2], rest):
                 named = [f"{at[0]}.{m}" for m, d in self.spec.entities[at[1]].dimensions.items()
                          if d.time_grains and m != at[2] and self._said_column(at[1], m, rest)]
                 if len(named) == 1 and named[0] not in taken:
@@ -1293,6 +1393,25 @@ class SemanticLayer:
                     f = self._period_home(f, op, v, at, taken, notes)
             out.append((f, op, v))
         return out, notes
+
+    def _date_before_period(self, at: tuple[str, str, str, Dimension], value: Any, tokens: list[str],
+                            period_words: list[str]) -> str | None:
+        """The one date column of the filter's entity whose words stand in the three words right
+        before the period's words in the question (`tokens`, folded), when the question names two
+        or more of the entity's dates; None otherwise.
+        """
+        dates = [m for m, d in self.spec.entities[at[1]].dimensions.items() if d.time_grains]
+        whole = " " + " ".join(tokens) + " "
+        if sum(self._said_column(at[1], m, whole) for m in dates) < 2:
+            return None
+        phrases = [fold(w).split() for w in period_words] + [[fold(str(value))]]
+        starts = sorted(i for p in phrases if p for i in phrase_starts(tokens, p))
+        if not starts:
+            return None
+        before = " " + " ".join(tokens[max(0, starts[0] - 3):starts[0]]) + " "
+        named = [m for m in dates if any(_has(before, w) for w in [m.replace("_", " "), *self.spec.entities[at[1]]
+                                                                     .dimensions[m].synonyms])]
+        return f"{at[0]}.{named[0]}" if len(named) == 1 else None
 
     def _period_home(self, name: str, op: str, value: Any, at: tuple[str, str, str, Dimension], taken: set[str],
                      notes: list[str]) -> str:
@@ -2134,11 +2253,18 @@ class SemanticLayer:
         # number of distinct members who lead it)
         distinct = [found[2].column] if found is not None and found[2].agg == "count_distinct" and found[2].column \
             else []
-        if found is None or not ((found[2].agg == "count" and found[2].drill_members) or distinct):
+        # an amount in a question that lists ("Which budget requests are for Q3?" filled as the sum
+        # of their change): the rows its entity's count would list
+        amount = found is not None and found[2].agg in ("sum", "avg") and \
+            bool(self._list_words(tokens)) and found[1].measures.get("count") is not None
+        if found is None or not ((found[2].agg == "count" and found[2].drill_members) or distinct or amount):
             return []
         entity, _, m = found
-        if _asks_number(tokens, text, m.synonyms):
+        column = found[1].dimensions.get(m.column or "") if amount else None
+        if _asks_number(tokens, text, [*m.synonyms, *(column.synonyms if column is not None else [])]):
             return []
+        if amount:
+            m = found[1].measures["count"]
         shown = [d for d in kept if GRAIN_SEP not in d]
         if shown:  # the model chose what to show; a count per row of it is 1
             return shown
@@ -2980,6 +3106,60 @@ class SemanticLayer:
                 out.append((head, rows))
         return out
 
+    def stated_bound(self, q: QueryObject, question: str, asked: set[str]) -> tuple[QueryObject, list[str]]:
+        """The comparison a question states with a figure of its own ("took more than 10 hours to
+        resolve", "acima de 1000 USD"), read as `document_bound` reads a document's, as the filter
+        on that column in the column's unit; it replaces the model's filter on the column, if any.
+        An aggregate of that same column that the question does not ask for by an aggregation word
+        ("which incidents took more than …" filled as the longest time) becomes the rows (or their
+        count) the comparison bounds. Unchanged when the question states no such figure or the
+        column is not one clear column of the entity.
+
+        Why: the small model reported the maximum, or bounded a date column, and left the number out.
+        """
+        from tools.doc_figures import figures, plain
+
+        found = figures(question)
+        bounded = self.document_bound(question, asked, found, None) if found else None
+        if bounded is None or len(bounded[0]) != 1:
+            return q, []
+        b = bounded[0][0]
+        bound = [f for f in b.filters if f[1] in (">", "<=")]
+        if len(bound) != 1:
+            return q, []
+        shown = [] if q.measures or bound[0][0] in q.dimensions else [bound[0][0]]  # a list shows what bounds it
+        column = bound[0][0]
+        member = column.partition(".")[2]
+        numbers = {plain(f.number) for f in found}
+        # the model's own filter on the column, on an aggregate of it, or the figure read as a date
+        # ("acima de 2000 dólares" filled as the year 2000) goes: the bound replaces them
+        mine = [f for f in q.filters if f[0] == column or self._on_column(f[0], column)
+                or (self._dated(f[0]) and str(f[2]).strip() in numbers)]
+        filters = [f for f in q.filters if f not in mine] + bound
+        notes = [f"filter {column} {bound[0][1]} {bound[0][2]!r} (the figure the question states)"]
+        notes += [f"filter {f} {o} {v!r} (replaced by the figure the question states)" for f, o, v in mine]
+        measured = [self._measure(m) for m in q.measures]
+        named = {agg for agg, words in folded_cues().aggregations.items() if any(_has(_spaced(question), w)
+                                                                                for w in words)}
+        measures, dimensions = list(q.measures), [*q.dimensions, *shown]
+        if measured and all(m is not None and (m[0], m[2].column) == (column.partition('.')[0], member)
+                                  and m[2].agg not in named for m in measured) \
+                and not ranking_words(re.findall(r"\w+", fold(question))):
+            notes.append(f"{', '.join(q.measures)} (the question asks for the rows the figure bounds, not an "
+                         "aggregate of them)")
+            measures, dimensions = list(b.measures), [*b.dimensions, *(d for d in q.dimensions if d not in b.dimensions)]
+        if measures and column in dimensions and not _after_cue(re.findall(r"\w+", fold(question)), member,
+                                                                folded_cues().breakdown):
+            dimensions = [d for d in dimensions if d != column]  # the figure's column bounds; it groups nothing
+            notes.append(f"{column} (the figure's column, not a breakdown)")
+        order = [(f, d) for f, d in q.order if (f in measures or f not in q.measures) and f in [*measures, *dimensions]]
+        return QueryObject(q.expressible, measures, dimensions, list(q.segments), filters, order, q.limit), notes
+
+    def _on_column(self, measure: str, column: str) -> bool:
+        """Whether `measure` aggregates dimension `column` (both `entity.member`)."""
+        found = self._measure(measure)
+        return found is not None and f"{found[0]}.{found[2].column}" == column
+
     def compares_rows(self, question: str, asked: set[str]) -> bool:
         """Whether the question compares rows of one entity it names (`_bounded_entity`) with a
         figure: a side word (`_side`). Why: "quais despesas de transporte passaram do limite da
@@ -3727,6 +3907,9 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         q, spans = layer.read_durations(q, question, today)
         periods += spans
         q, figured = layer.rebase_figures(q, figures)
+        if not figures:  # no document's figure bounds the rows: one the question states may
+            q, stated = layer.stated_bound(q, question, layer.named_values(question, hits, today))
+            figured += stated
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
         q, moved = layer.relink_heard(q, hits, _holds(tool, index.columns))
