@@ -2307,3 +2307,24 @@ def test_an_amount_in_a_question_that_lists_becomes_the_rows(layer: SemanticLaye
     # asked as a total: the sum stays
     total = layer.settle(layer.parse(filled), "What is the total change asked by the pending budget requests?")[0]
     assert total.measures == ["budget_requests.sum_change_usd"]
+
+
+def test_a_count_of_the_listed_entity_over_another_entitys_rows_lists_it(layer: SemanticLayer, tool: SQLTool,
+                                                                        novaops: Path) -> None:
+    """Written for this test: "Which teams …" filled as a count of teams, the entity's own word as
+    a name, and the budgets' filters (which the teams cannot reach). The word goes, the period's
+    "first" ranks nothing, and the teams are listed from the budgets."""
+    filled = {"measures": ["teams.count"],
+              "filters": [{"field": "teams.name", "op": "=", "value": "Teams"},
+                          {"field": "budgets.quarter", "op": "=", "value": "2026-Q2"},
+                          {"field": "budgets.amount_usd", "op": ">", "value": 450000}]}
+    question = "Which teams have a budget above 450000 USD for the second quarter of 2026?"
+    settled, notes = layer.settle(layer.parse(filled), question)
+    assert settled.measures == [] and settled.dimensions == ["teams.name"], notes
+    gold = _rows(novaops, "SELECT t.name FROM budgets b JOIN teams t ON t.team_id = b.team_id "
+                          "WHERE b.quarter = '2026-Q2' AND b.amount_usd > 450000")
+    assert gold and results_match(gold, _answer(layer, tool, settled))
+    with pytest.raises(SemanticQueryError):
+        layer.compile(layer.parse(filled), stored_values(tool))  # as filled, no query
+    # "the first" as a ranking still ranks
+    assert layer.settle(layer.parse(filled), "Which team has the first place in budget for 2026-Q2?")[0].measures

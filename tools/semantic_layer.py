@@ -906,6 +906,10 @@ class SemanticLayer:
         filters = [flt for flt in merged if not self._column_word(*flt)]
         dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (a word for a column, not a value)"
                                                          for f, o, v in merged if (f, o, v) not in filters)]
+        # "Which teams …" filled as teams.name = 'Teams': the entity's word, which would fix its rows
+        itself = [(f, o, v) for f, o, v in filters if o == "=" and isinstance(v, str) and self._names_itself(f, v)]
+        filters = [flt for flt in filters if flt not in itself]
+        dropped += [f"filter {f} = {v!r} (the word for its entity, not a value)" for f, _, v in itself]
         dated = [flt for flt in filters if self._date_on_number(*flt)]
         filters = [flt for flt in filters if flt not in dated]
         dropped += [f"filter {f} {o} {v!r} (a date on a column of numbers)" for f, o, v in dated]
@@ -1014,7 +1018,10 @@ class SemanticLayer:
         if note:
             measures = single
             dropped.append(note)
-        listed = self._rows_behind(measures, kept, order, tokens, text, q.filters)
+        # a period's words rank nothing ("the first quarter of 2026")
+        timeless_tokens = _without_phrases(tokens, [" ".join(fold(w).split()) for w, _ in question_periods(question, "")])
+        listed = self._rows_behind(measures, kept, order, timeless_tokens, " " + " ".join(timeless_tokens) + " ",
+                                   q.filters)
         if listed and not self._lists(q, listed):  # the rows must be reachable from one entity, or the count stays
             listed = []
         if listed:
