@@ -914,7 +914,7 @@ class SemanticLayer:
         filters = [flt for flt in filters if flt not in dated]
         dropped += [f"filter {f} {o} {v!r} (a date on a column of numbers)" for f, o, v in dated]
         # a column the question names by its word is one it asks to see ("e quem lidera?")
-        shown = [self._shown_for(f) for f, o, v in merged if (f, o, v) not in filters]
+        shown = [self._shown_for(f) for f, o, v in merged if (f, o, v) not in filters and (f, o, v) not in itself]
         filters, segments, named = self._segment_filters(filters, list(q.segments))
         dropped += named
         said_segments = self._said_segments(q, segments, filters, text)
