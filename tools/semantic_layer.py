@@ -213,6 +213,7 @@ class FoldedCues:
     exclusions: tuple[str, ...] = ()  # "below", "fora do": folded phrases before a segment's word, its outside
     count_superlatives: frozenset[str] = frozenset()  # "most", "mais": before the records' word, a count
     measure_prepositions: frozenset[str] = frozenset()  # "on", "em": between them, an amount
+    lists: frozenset[str] = frozenset()  # "which", "quais": a question that asks for rows
 
 
 @lru_cache(maxsize=4)
@@ -242,7 +243,7 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       {fold(p): frozenset(map(fold, forms)) for p, forms in f.contractions.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws),
-                      words(f.count_superlatives), words(f.measure_prepositions))
+                      words(f.count_superlatives), words(f.measure_prepositions), words(f.list_cues))
 
 
 class SemanticQueryError(ValueError):
@@ -337,7 +338,7 @@ def period_bounds(text: str) -> tuple[dt.date, dt.date]:
 
 
 def _period_label(day: dt.date, grain: str) -> str:
-    """The period of `grain` that holds `day`, written as the calendar writes it (`PERIOD_TEXT`)."""
+    """The period of `grain` that holds `day`, written as the calendar writes it ('2026-Q3', '2026-03', '2026-W19')."""
     if grain == "year":
         return f"{day.year}"
     if grain == "quarter":
@@ -1119,12 +1120,6 @@ class SemanticLayer:
         label = self._label(prefix)
         return label is not None and f"{prefix}.{label}" in dimensions
 
-    @staticmethod
-    def _list_words(tokens: list[str]) -> list[str]:
-        """The words of `tokens` that ask for rows (`list_cues`: which, quais, list)."""
-        cues = {fold(w) for ws in query_cue_file().list_cues.values() for w in ws}
-        return [t for t in tokens if t in cues]
-
     def _named_breakdown(self, q: QueryObject, measures: list[str], kept: list[str], tokens: list[str]) -> list[str]:
         """The one column a breakdown cue names ("por cidade de escritório", "per office") that
         the model left out of an aggregate: a dimension, of an entity the measures' entity reaches
@@ -1265,7 +1260,7 @@ class SemanticLayer:
         notes: list[str] = []
         for key, group in groups.items():
             words = key.split()
-            starts = [i for i in range(len(tokens)) if tokens[i:i + len(words)] == words] if words else []
+            starts = phrase_starts(tokens, words)
             if len(group) < 2 or len(starts) != 1:
                 continue
             before = " " + " ".join(tokens[max(0, starts[0] - 3):starts[0]]) + " "
@@ -2263,7 +2258,7 @@ class SemanticLayer:
         # an amount in a question that lists ("Which budget requests are for Q3?" filled as the sum
         # of their change): the rows its entity's count would list
         amount = found is not None and found[2].agg in ("sum", "avg") and \
-            bool(self._list_words(tokens)) and found[1].measures.get("count") is not None
+            bool(folded_cues().lists & set(tokens)) and found[1].measures.get("count") is not None
         if found is None or not ((found[2].agg == "count" and found[2].drill_members) or distinct or amount):
             return []
         entity, _, m = found

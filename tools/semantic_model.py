@@ -30,7 +30,6 @@ from tramita.base.policyfile import PolicyError, load_model
 __all__ = [
     "GRAINS",
     "OPERATORS",
-    "PERIOD_TEXT",
     "Catalog",
     "ColumnKind",
     "Condition",
@@ -64,10 +63,6 @@ Operator = Literal["=", "!=", ">", ">=", "<", "<=", "in", "not_in", "between", "
 OPERATORS: tuple[str, ...] = ("=", "!=", ">", ">=", "<", "<=", "in", "not_in", "between", "contains", "is_null",
                               "not_null")
 Scalar = str | int | float | bool
-# how a text column writes one period of each grain (`Dimension.names_period`)
-PERIOD_TEXT: dict[str, re.Pattern[str]] = {
-    "day": re.compile(r"\d{4}-\d{2}-\d{2}"), "week": re.compile(r"\d{4}-W\d{2}"),
-    "month": re.compile(r"\d{4}-\d{2}"), "quarter": re.compile(r"\d{4}-Q[1-4]"), "year": re.compile(r"\d{4}")}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -472,6 +467,14 @@ def _check_period_text(spec: SemanticModelSpec, engine: Any) -> list[str]:
     """
     from sqlalchemy import text
 
+    from tools.semantic_layer import SemanticQueryError, period_labels  # the calendar's one writer of periods
+
+    def names(value: str, grain: str) -> bool:
+        try:
+            return period_labels(value, grain)[0] == [value]
+        except SemanticQueryError:
+            return False
+
     problems: list[str] = []
     with engine.connect() as conn:
         for ename, ent in spec.entities.items():
@@ -479,13 +482,12 @@ def _check_period_text(spec: SemanticModelSpec, engine: Any) -> list[str]:
                 if dim.names_period is None:
                     continue
                 column = dim.column or dname
-                form = PERIOD_TEXT[dim.names_period]
                 rows = conn.execute(text(f'SELECT DISTINCT "{column}" FROM "{ent.table_name(ename)}" '
                                          f'WHERE "{column}" IS NOT NULL')).fetchall()
-                bad = [str(r[0]) for r in rows if not form.fullmatch(str(r[0]))]
+                bad = [str(r[0]) for r in rows if not names(str(r[0]), dim.names_period)]
                 if bad:
                     problems.append(f"entities.{ename}.dimensions.{dname}.names_period: stored value {bad[0]!r} "
-                                    f"does not name a {dim.names_period} (written like {form.pattern!r})")
+                                    f"does not name a {dim.names_period} as the calendar writes it")
     return problems
 
 
