@@ -405,6 +405,11 @@ def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lan
     return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
 
 
+def _is_figure(value: Any) -> bool:
+    """Whether a result cell is a number (not a flag)."""
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
 def _figure_written(answer: str, value: Any) -> bool:
     """Whether `answer` writes the number `value` (to two decimals), in either language's marks
     ("1.478,93" or "1,478.93"); False for a value that is no number.
@@ -466,6 +471,13 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             if labels and (denies or handed or unread) and not any(_writes(folded, v) for v in cells):
                 figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
                 answer = f"{answer}\n{say('full_list', lang, items=', '.join(figures or labels))}"
+                folded = fold(answer)
+            elif not labels and unread and rows[0] and all(_is_figure(v) for v in rows[0].values()):
+                # a count or a sum alone, which the answer never wrote ("the handbook does not say
+                # how many" over the database's count): the figures follow, in the column's unit
+                shown = column_units(str(c.get("query") or ""), list(rows[0]), units or {})
+                items = "; ".join(format_number(v, lang, shown.get(k)) for k, v in rows[0].items())
+                answer = f"{answer}\n{say('figures', lang, items=items)}"
                 folded = fold(answer)
             continue
         # none named and no count of them stated: the answer did not read the result ("no service

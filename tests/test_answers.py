@@ -286,6 +286,21 @@ def test_a_one_row_result_the_answer_does_not_read_follows_with_its_figure() -> 
                              "Tem algum serviço degradado?") == "Três serviços estão degradados."
 
 
+def test_a_lone_figure_the_answer_does_not_write_follows_in_its_unit() -> None:
+    """Written for this test: the database counted (or summed) and the model wrote around it ("the
+    handbook does not give the number"); the figure follows, in the column's unit. An answer that
+    writes it, in either language's marks, is left; so is a wrong figure not mistaken for it."""
+    count = {"backend": "sql", "query": "SELECT COUNT(*) AS n FROM x", "rows": [{"employees.count": 23}]}
+    around = "The handbook does not give the number of people in those offices."
+    assert complete_list(around, [count], "en", "How many people work there?") == f"{around}\nQuery result: 23."
+    spent = {"backend": "sql", "query": "SELECT SUM(amount_usd) FROM x", "rows": [{"expenses.sum_amount_usd": 1234.5}]}
+    assert complete_list("Não sei.", [spent], "pt", "Quanto gastaram?", {"amount_usd": "USD"}).endswith(
+        "Resultado da consulta: US$ 1.234,50.")
+    for read in ("There are 23 of them.", "Twenty-three: 23."):
+        assert complete_list(read, [count], "en", "How many people work there?") == read
+    assert complete_list("There are 32 of them.", [count], "en", "How many?").endswith("Query result: 23.")
+
+
 def test_a_one_row_answer_a_later_stage_queried_by_follows_when_the_answer_drops_it() -> None:
     """Written for this test: the graph found the owning team and the database took its name for
     the cost center; an answer with the cost center alone gets the team. A one-row result no later

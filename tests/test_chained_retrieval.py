@@ -456,6 +456,51 @@ def test_a_pointer_after_passages_naming_many_people_takes_the_field_the_questio
     assert call("Who are the review's authors?", passages) == part  # the authors field holds two
 
 
+def test_a_pointer_after_bracketed_passages_takes_the_person_of_the_bracket_the_questions_figure_is_in(
+        novaops_services: Services) -> None:
+    """Written for this test: a rule names one person per bracket; the question's own figure says
+    which bracket it is in, so "that person" is the one that bracket's line names. A figure in no
+    bracket, or none at all: left as it is."""
+    from tools.backends.sql import _named_referent
+
+    part = "what is that person's approval limit?"
+    passages = ("- Leases up to 80000 USD per year are signed by Fábio Queiroz.\n"
+                "- Leases above 80000 USD per year are signed by Priscila Antunes.")
+
+    def call(whole: str) -> str:
+        c = BackendCall(question=part, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"{whole} {part}", given=(Finding(backend="docs", text=passages),))
+        return _named_referent(c, part)
+
+    assert call("We are renting a 120k/year lease. Who signs it,") == f"{part} (that: Priscila Antunes)"
+    assert call("We are renting a 50 mil lease. Who signs it,") == f"{part} (that: Fábio Queiroz)"
+    assert call("We are renting a lease. Who signs it,") == part  # no figure: both people
+    assert call("We are buying a 120k car. Who pays it,") == part  # no bracket about it
+
+
+def test_a_pointer_to_a_case_of_a_rule_takes_the_values_of_the_clause_holding_the_questions_value(
+        novaops_services: Services) -> None:
+    """Written for this test: a passage lists its cases in clauses; the question names one city of
+    a case, and the part asks about the offices "that lead covers": the cities of that clause. No
+    city named, a city two clauses hold with other cities, or a part that names a city itself: left."""
+    from tools.backends.sql import _named_referent
+
+    part = "how many people work in the offices that lead covers?"
+    passages = "Regional leads: Priscila Antunes covers Recife and São Paulo; Fábio Queiroz covers Lisboa, Porto and Florianópolis."
+
+    def call(whole: str, text: str = passages, question: str = part) -> str:
+        c = BackendCall(question=question, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"{whole} {question}", given=(Finding(backend="docs", text=text),))
+        return _named_referent(c, question)
+
+    assert call("Who is the regional lead for Lisboa, and") == f"{part} (that: Lisboa, Porto, Florianópolis)"
+    assert call("Who is the regional lead for Recife, and") == f"{part} (that: Recife, São Paulo)"
+    assert call("Who is the regional lead, and") == part  # no case named: two people, no clause
+    assert call("Who is the regional lead for Lisboa, and", passages + " Backup: Recife and Lisboa.") == part
+    own = "how many people work in the offices that lead covers besides Porto?"
+    assert call("Who is the regional lead for Lisboa, and", question=own) == own
+
+
 def test_a_graph_part_pointing_back_takes_the_person_of_the_field_the_question_names(
         novaops_services: Services) -> None:
     """Written for this test: "is that person on call?" after passages naming three people. The

@@ -15,7 +15,7 @@ import pytest
 import tramita.core.planner_hints as ph
 from tools.backends import BACKENDS
 from tools.backends.base import BackendCall, Finding
-from tools.doc_figures import UnitFile, before, figures, units
+from tools.doc_figures import UnitFile, amounts, before, bounding_lines, figures, units
 from tools.llm import Usage
 from tools.semantic_layer import QueryObject, SemanticLayer, answer_semantic
 from tools.sql_tool import SQLTool
@@ -76,6 +76,47 @@ def test_numbers_inside_ids_and_dates_are_no_figures_and_business_days_are_not_c
     assert table.convert(2, ("duration", "hours"), ("money", "USD")) is None  # across kinds
     assert before("2026-05-15", found[1]) == "2026-04-25"
     assert before("2026-05-15", figures("| SEV1 | 10 minutes |")[0]) is None  # shorter than a day
+
+
+# written for these tests: brackets in prose (who signs) and in a table (what an order needs), and a
+# sentence of several brackets at once
+BRACKETS = """Signatures
+- Leases up to 80000 USD per year are signed by the finance director.
+- Leases above 80000 USD per year are signed by the managing partner.
+- Analysts decide leases up to 1000 USD, the office manager up to 5000 USD.
+
+| Order value (USD) | Needs |
+|---|---|
+| above 5000 | two quotes for the lease |
+"""
+
+
+def test_a_questions_amounts_take_multipliers_and_units_and_skip_ids_dates_weeks_and_years() -> None:
+    assert amounts("Who signs a 120k/year lease?") == [(120000.0, None)]
+    assert amounts("uma compra de 20 mil, paga em US$ 500 e 3 horas") == [
+        (20000.0, None), (500.0, ("money", "USD")), (3.0, ("duration", "hours"))]
+    # digits inside ids, dates, weeks and quarters, and a bare year, are no amounts
+    assert amounts("INC-2034 on 2026-05-15, week 2026-W21, 2026-Q3, SEV2, em 2026") == []
+    assert amounts("10kg") == []  # a multiplier letter that starts a word is no multiplier
+
+
+def test_the_lines_whose_bounds_hold_the_questions_figure_are_the_ones_it_is_about() -> None:
+    about = "Who signs a 120k lease?"
+    assert bounding_lines(BRACKETS, 120000, None, about) == [
+        "Leases above 80000 USD per year are signed by the managing partner.",
+        "above 5000 | two quotes for the lease"]
+    small = bounding_lines(BRACKETS, 50000, None, "Who signs a 50k lease?")
+    assert small == ["Leases up to 80000 USD per year are signed by the finance director.",
+                     "above 5000 | two quotes for the lease"]
+    # a sentence of several brackets holds only an amount every bound of it holds
+    assert "Analysts decide leases up to 1000 USD, the office manager up to 5000 USD." in \
+        bounding_lines(BRACKETS, 800, ("money", "USD"), "who decides an 800 USD lease?")
+    assert not [line for line in bounding_lines(BRACKETS, 3000, None, "who decides a 3000 lease?")
+                if line.startswith("Analysts")]
+    # a figure in another kind of unit is not read against the money brackets, and a line sharing
+    # no word with the question is not about it
+    assert bounding_lines(BRACKETS, 90, ("duration", "minutes"), "a lease pending for 90 minutes") == []
+    assert bounding_lines(BRACKETS, 120000, None, "Who signs a 120k deal?") == []
 
 
 def test_a_malformed_units_file_names_the_file_and_the_field(tmp_path: Path) -> None:

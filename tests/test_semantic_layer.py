@@ -1692,6 +1692,12 @@ def test_two_equalities_on_one_column_become_either_value(layer: SemanticLayer, 
     ("quantos chamados ativos esses serviços têm", False),
     ("how many active tickets does each of those services carry", True),  # a breakdown word
     ("how many active tickets per service", True),
+    # a clause pointing back qualifies the word: the set an earlier source named, not a breakdown
+    ("how many active tickets do the services that team runs carry", False),
+    ("quantos chamados ativos os serviços que esse time opera têm", False),
+    ("how many active tickets do the services that run on this host carry", False),
+    ("how many active tickets do the services that are tier 1 carry per service", True),
+    ("quantos chamados ativos os serviços que são tier 1 têm", True),  # "que são": no pointing back
 ])
 def test_a_reference_to_an_earlier_set_is_not_a_breakdown(question: str, kept: bool, layer: SemanticLayer) -> None:
     """The model groups "how many tickets do those services carry" by service: the word after a

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import load_model
+from tramita.base.text import stems
 
 UNITS_FILE = POLICIES_DIR / "units.yaml"
 MAX_LABEL = 90  # characters of a prose line kept as a figure's label
@@ -35,11 +36,22 @@ class Unit(BaseModel):
     words: list[str] = Field(min_length=1, description="the words that name it (pt/en)")
 
 
+class Sides(BaseModel):
+    """The words a document writes right before a figure that bounds something: "above 250000
+    USD" (what is past it), "até 30 dias" (what is within it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    above: list[str] = Field(min_length=1, description="past the figure (pt/en)")
+    up_to: list[str] = Field(min_length=1, description="within the figure (pt/en)")
+
+
 class UnitFile(BaseModel):
     """`policies/units.yaml`: kind of quantity -> unit name -> `Unit`."""
 
     model_config = ConfigDict(extra="forbid")
     kinds: dict[str, dict[str, Unit]] = Field(min_length=1, description="kind -> unit name -> unit")
+    sides: Sides = Field(description="the words right before a document's figure that make it a bound")
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class Units:
 
     sizes: dict[tuple[str, str], float | None]  # (kind, unit name) -> size
     words: tuple[tuple[str, str, str], ...]  # (folded word, kind, unit name)
+    sides: tuple[tuple[str, str], ...] = ()  # (folded word, ">" or "<="), longest first
 
     def named(self, unit: str | None) -> tuple[str, str] | None:
         """(kind, unit name) for a unit as the semantic model writes it ("minutes", "USD"); None
@@ -92,7 +105,9 @@ def units(path: Path = UNITS_FILE) -> Units:
     sizes = {(k, n): u.size for k, table in data.kinds.items() for n, u in table.items()}
     words = sorted({(light(w), k, n) for k, table in data.kinds.items() for n, u in table.items()
                     for w in u.words}, key=lambda t: (-len(t[0]), t))
-    return Units(sizes, tuple(words))
+    sides = sorted({(light(w), ">") for w in data.sides.above} | {(light(w), "<=") for w in data.sides.up_to},
+                   key=lambda t: (-len(t[0]), t))
+    return Units(sizes, tuple(words), tuple(sides))
 
 
 _NUMBER = r"(\d+(?:[.,]\d+)?)"
@@ -194,3 +209,91 @@ def before(today: str, figure: Figure, path: Path = UNITS_FILE) -> str | None:
     if days is None or days < 1 or not float(days).is_integer():
         return None
     return (dt.date.fromisoformat(today) - dt.timedelta(days=int(days))).isoformat()
+
+
+YEARS = (1900, 2100)  # a bare four-digit number in this range is a year, not an amount
+
+
+def _amounts(folded: str, table: Units) -> list[tuple[int, float, tuple[str, str] | None]]:
+    """(position, number, unit or None) of each number the light-folded `folded` states that is no
+    id, date, week or code, a multiplier word after it applied ("300k", "20 mil"), with the unit
+    after it ("30 minutes") or the currency mark before it ("us$ 500").
+    """
+    from tools.business.catalog import rules
+    from tools.business.resolvers import parse_number
+
+    multipliers = "|".join(re.escape(light(k)) for k in sorted(rules().number_multipliers, key=len, reverse=True))
+    out: list[tuple[int, float, tuple[str, str] | None]] = []
+    for m in re.finditer(rf"(?<![\w.,-])\d(?:[\d.,]*\d)?(?:\s*(?:{multipliers})(?![^\W\d_]))?", folded):
+        rest = folded[m.end():]
+        if re.match(r"[\w-]", rest):
+            continue  # "2026-Q3", "3rd", "10kg": part of a code or of a word
+        number = parse_number(m.group(0))
+        if number is None:
+            continue
+        after = next(((k, n) for w, k, n in table.words if re.match(rf"\s*{re.escape(w)}(?!\w)", rest)), None)
+        prefix = next(((k, n) for w, k, n in table.words if not w.isalpha()
+                       and re.search(rf"(?<!\w){re.escape(w)}\s*$", folded[:m.start()])), None)
+        unit = after or prefix
+        bare = unit is None and m.group(0).isdigit()
+        if bare and len(m.group(0)) == 4 and YEARS[0] <= int(m.group(0)) <= YEARS[1]:
+            continue  # "em 2026": a year
+        out.append((m.start(), float(number), unit))
+    return out
+
+
+def amounts(text: str, path: Path = UNITS_FILE) -> list[tuple[float, tuple[str, str] | None]]:
+    """The amounts `text` states, each with its (kind, unit name) when it says one: "a 300k/year
+    contract" is 300000 with no unit, "30 minutes" is 30 of duration.
+
+    Why: a question writes "300k" where a policy writes "250000 USD"; digits inside ids, dates and
+    weeks are not amounts.
+    """
+    return [(n, u) for _, n, u in _amounts(light(text.replace("*", " ")), units(path))]
+
+
+def _lines(text: str) -> list[str]:
+    """The sentences of `text`'s prose and its table rows (separators left out), in order."""
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            if not re.fullmatch(r"\|?[\s:|-]+\|?", stripped):
+                out.append(" | ".join(_cells(stripped)))
+            continue
+        out += [s for s in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")) if s]
+    return out
+
+
+def bounding_lines(text: str, amount: float, unit: tuple[str, str] | None, about: str,
+                   path: Path = UNITS_FILE) -> list[str]:
+    """The lines of `text` (a sentence of prose, a table row) whose bounds ("above 250000 USD", "até
+    30 dias": a figure with a side word of the units file right before it) all hold `amount`, and that
+    share a word with `about` (the question). A bound in another kind of unit than `amount`'s is
+    not read; one with no unit, or beside an amount with none, is read as the same unit.
+
+    Why: a policy states who signs or approves by brackets ("Contracts above 250000 USD per year are
+    signed by the CEO, X"); the question's own figure ("a 300k contract") says which bracket it means,
+    and the person it then asks about is the one that line names.
+    """
+    table = units(path)
+    near = stems(about)
+    out: list[str] = []
+    for line in _lines(text):
+        if not near & stems(line):
+            continue
+        folded = light(line.replace("*", " ").replace("|", " "))
+        verdicts: list[bool] = []
+        for at, number, found in _amounts(folded, table):
+            before = re.sub(r"(?:[^\w\s]+\s*)+$", "", folded[:at]).rstrip()  # "us$ " before the number
+            side = next((s for w, s in table.sides if re.search(rf"(?<!\w){re.escape(w)}$", before)), None)
+            if side is None:
+                continue
+            value: float | None = amount
+            if unit is not None and found is not None:
+                value = table.convert(amount, unit, found) if unit[0] == found[0] else None
+            if value is not None:
+                verdicts.append(value > number if side == ">" else value <= number)
+        if verdicts and all(verdicts):
+            out.append(line)
+    return out

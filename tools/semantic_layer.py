@@ -57,7 +57,7 @@ from tools.semantic_model import (
 from tools.sql_mend import Scale, mend, scale_side, scales_of
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import MONTHS, asked_after_opener, fold, phrase_starts
+from tramita.base.text import MONTHS, asked_after_opener, fold, phrase_starts, stems
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -131,6 +131,8 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that bound or place a question in time (since, hoje, last)")
     list_cues: dict[str, list[str]] = Field(
         default_factory=dict, description="words that ask for the rows of an entity (which, quais, list)")
+    relative_words: dict[str, list[str]] = Field(
+        default_factory=dict, description="words that open a clause about the word before them (que, which)")
     carrier_words: dict[str, list[str]] = Field(
         default_factory=dict, description="words that carry no slot of a query (articles, auxiliaries, 'now')")
     reference_words: dict[str, list[str]] = Field(
@@ -214,6 +216,7 @@ class FoldedCues:
     count_superlatives: frozenset[str] = frozenset()  # "most", "mais": before the records' word, a count
     measure_prepositions: frozenset[str] = frozenset()  # "on", "em": between them, an amount
     lists: frozenset[str] = frozenset()  # "which", "quais": a question that asks for rows
+    relatives: frozenset[str] = frozenset()  # "que", "which": a clause about the word before follows
 
 
 @lru_cache(maxsize=4)
@@ -243,7 +246,8 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       {fold(p): frozenset(map(fold, forms)) for p, forms in f.contractions.items()},
                       tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws),
-                      words(f.count_superlatives), words(f.measure_prepositions), words(f.list_cues))
+                      words(f.count_superlatives), words(f.measure_prepositions), words(f.list_cues),
+                      words(f.relative_words))
 
 
 class SemanticQueryError(ValueError):
@@ -2139,6 +2143,23 @@ class SemanticLayer:
                 columns.add((ent.table_name(entity), ent.dimensions[label].column or label))
         return list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
 
+    def columns_named(self, text: str, columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The (table, column) pairs of `columns` whose dimension `text` names by its words ("the
+        offices" for the office city), in the model's order; only those of the entities `text` names
+        by their words, when it names any ("people … in the offices": the people's office, not a
+        team's).
+        """
+        folded, wanted = _spaced(text), set(columns)
+        out: list[tuple[str, tuple[str, str]]] = []
+        for entity, ent in self.spec.entities.items():
+            for member, dim in ent.dimensions.items():
+                key = (ent.table_name(entity), dim.column or member)
+                if key in wanted and key not in [k for _, k in out] and not dim.expr \
+                        and self._said_column(entity, member, folded):
+                    out.append((entity, key))
+        named = [k for e, k in out if any(_has(folded, w) for w in self._entity_words(e))]
+        return named or [k for _, k in out]
+
     def _entity_of(self, prefix: str) -> str | None:
         """The entity a name's prefix stands for: itself, or the target of a join role."""
         return prefix if prefix in self.spec.entities else next(iter(self._roles.get(prefix, ())), None)
@@ -3039,17 +3060,17 @@ class SemanticLayer:
         # how many rows of its table a column gives a figure for: the table's figure column gives
         # one for every row, a notes column for a few ("máximo de 250 USD por noite")
         filled = Counter(f.header for f in figures if f.header)
-        asked_stems = _stems(question)
+        asked_stems = stems(question)
         ranked: list[tuple[int, int, int, str]] = []
         for i, (header, rows) in enumerate(options):
             kind = rows[0][0].kind
             columns = {n: d for n, d in ent.dimensions.items()
                        if not d.expr and (u := table.named(d.unit)) is not None and u[0] == kind}
             for dname, d in columns.items():
-                words = _stems(" ".join([dname.replace("_", " "), d.description or "", *d.synonyms]))
+                words = stems(" ".join([dname.replace("_", " "), d.description or "", *d.synonyms]))
                 if len(columns) > 1 and not asked_stems & words:
                     continue
-                hstems = _stems(header)
+                hstems = stems(header)
                 ranked.append((len(asked_stems & words) + len(hstems & words) + len(asked_stems & hstems),
                                filled[header], -i, dname))
         ranked.sort(reverse=True)
@@ -3229,16 +3250,6 @@ def _side(text: str) -> Literal[">", "<="] | None:
     return ">" if beyond or negated else "<="
 
 
-STEM = 5  # leading letters two words share to count as one ("resolve", "resolver", "resolução")
-
-
-def _stems(text: str) -> set[str]:
-    """The leading `STEM` letters of each folded word of four letters or more: Portuguese and
-    English inflections of one word (and the two languages' cognates) read alike.
-    """
-    return {w[:STEM] for w in re.findall(r"[^\W\d_]{4,}", fold(text))}
-
-
 def _literal(raw: str) -> Any:
     """A value as `hints` writes it (Python repr) back to the value."""
     import ast
@@ -3410,15 +3421,22 @@ def _declared_words(dim: Dimension) -> set[str]:
 
 def _unreferenced(text: str) -> str:
     """`text` (folded, space-padded) without the word that follows a reference word ("those
-    services", "esses serviços"): that word points at a set an earlier source found, it does not
-    name a column to group by. Unchanged when the question also has a breakdown word ("each of
-    those services").
+    services", "esses serviços"), nor the one a clause pointing back qualifies ("the offices that
+    partner covers", "os escritórios que essa pessoa cobre"): that word names a set an earlier
+    source found, it does not name a column to group by. Unchanged when the question also has a
+    breakdown word ("each of those services").
     """
     cues = folded_cues()
     tokens = text.split()
     if cues.breakdown & set(tokens):
         return text
-    kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in cues.references)]
+
+    def qualified(i: int) -> bool:
+        nxt = tokens[i + 1:i + 3]
+        return bool(nxt) and (nxt[0] in cues.references or (nxt[0] in cues.relatives and nxt[1:] != []
+                                                             and nxt[1] in cues.references))
+
+    kept = [t for i, t in enumerate(tokens) if not (i > 0 and tokens[i - 1] in cues.references) and not qualified(i)]
     return " " + " ".join(kept) + " "
 
 

@@ -56,8 +56,17 @@ class SQLBackend:
         from tools.text_to_sql import answer_sql
 
         tool = call.services.sql_tool
-        call = replace(call, given=(*call.given, *_antecedent(call), *_documents(call)))
-        question = _named_referent(call, bounded_question(call.question, call.given))
+        documents = _documents(call)
+        read = replace(call, given=(*call.given, *documents))
+        question = _named_referent(read, bounded_question(call.question, read.given))
+        # a referent the passages name is what the part points at (their other names are not
+        # heard: "that partner" after a passage naming the role was filled with the role); else the
+        # stored values the rest of the question names are (`_antecedent`)
+        if question == bounded_question(call.question, read.given):
+            call = replace(call, given=(*call.given, *_antecedent(call), *documents))
+            question = bounded_question(call.question, call.given)
+        else:
+            call = replace(read, given=tuple(replace(f, text="") for f in read.given))
         mirrored = _mirrored(call, question)
         if mirrored is not None:
             return mirrored
@@ -272,11 +281,45 @@ def _named_referent(call: BackendCall, question: str) -> str:
         return question
     # every name the passages hold: the value index's default cap keeps the longest few, and long
     # service names crowded the one person out
+    group = _clause_group(call, layer, text, question)
+    if group:
+        return f"{question} ({said[0]}: {', '.join(group)})"
     found = _values(call.services.sql_tool).match(text, limit=None)
     names = layer.referents(question, [(h.table, h.column, h.value) for h in found])
     if len(names) > 1:
-        names = _field_named(text, call.whole or question, names) or names
+        asked = call.whole or question
+        names = _field_named(text, asked, names) or _figure_named(text, asked, names) or names
     return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
+
+
+def _clause_group(call: BackendCall, layer: SemanticLayer, text: str, question: str) -> list[str]:
+    """The stored values of a column the part names by its words ("the offices that partner
+    covers") that the passage clause holding the value of that column the whole question names also
+    holds ("…; Y para A, B e C" after "new hires in C"), when every such clause holds the same values
+    and they are more than the question names; [] otherwise, or when the part names a value of that
+    column itself.
+
+    Why: a rule lists its cases in clauses ("X for A and B; Y for C, D and E"); the question names
+    one member of a case and asks about the whole case, which the part alone does not name.
+    """
+    index = _values(call.services.sql_tool)
+    named: dict[tuple[str, str], set[str]] = {}
+    for h in index.match(call.whole or question, limit=None):
+        named.setdefault((h.table, h.column), set()).add(h.value)
+    own = {(h.table, h.column) for h in index.match(question, limit=None)}
+    columns = [c for c in layer.columns_named(question, named) if c not in own]
+    groups: set[tuple[tuple[str, str], tuple[str, ...]]] = set()
+    for clause in re.split(r"[\n;]|(?<=[.!?])\s", text) if columns else []:
+        found = index.match(clause, limit=None)
+        for column in columns:
+            held = dict.fromkeys(h.value for h in found if (h.table, h.column) == column)
+            values = tuple(sorted(held, key=lambda v: _words(clause).find(_words(v))))  # as the clause lists them
+            if named[column] & set(values):
+                groups.add((column, values))
+    if len(groups) != 1:
+        return []
+    (column, values), = groups
+    return list(values) if set(values) - named[column] else []
 
 
 def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
@@ -293,6 +336,21 @@ def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
         if held:
             return held if len(held) == 1 else []
     return []
+
+
+def _figure_named(text: str, asked: str, names: list[str]) -> list[str]:
+    """The one of `names` that the passage lines whose bounds hold a figure the question states
+    name ("a 300k/year contract" → "Contracts above 250000 USD per year are signed by the CEO, X");
+    [] when those lines name none, or more than one.
+
+    Why: a policy names a person per bracket (who signs, who approves), and the passages name
+    several; the question's own figure says which bracket it is in.
+    """
+    from tools.doc_figures import amounts, bounding_lines
+
+    lines = [line for amount, unit in amounts(asked) for line in bounding_lines(text, amount, unit, asked)]
+    held = [n for n in names if any(f" {_words(n)} " in f" {_words(line)} " for line in lines)]
+    return held if len(held) == 1 else []
 
 
 def _with_findings(call: BackendCall, question: str) -> str:

@@ -56,6 +56,16 @@ def words(text: str) -> list[str]:
     return fold(text).split()
 
 
+STEM = 5  # leading letters two words share to count as one ("resolve", "resolver", "resolução")
+
+
+def stems(text: str) -> set[str]:
+    """The leading `STEM` letters of each folded word of four letters or more: Portuguese and
+    English inflections of one word (and the two languages' cognates) read alike.
+    """
+    return {w[:STEM] for w in re.findall(r"[^\W\d_]{4,}", fold(text))}
+
+
 def tokens(text: str) -> list[str]:
     """The folded words of `text`, hyphenated names kept whole ("payments-api", "tier-1")."""
     return re.findall(r"[\w-]+", fold(text))
