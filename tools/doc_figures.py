@@ -252,16 +252,24 @@ def amounts(text: str, path: Path = UNITS_FILE) -> list[tuple[float, tuple[str, 
     return [(n, u) for _, n, u in _amounts(light(text.replace("*", " ")), units(path))]
 
 
-def _lines(text: str) -> list[str]:
-    """The sentences of `text`'s prose and its table rows (separators left out), in order."""
-    out: list[str] = []
-    for line in text.splitlines():
+def _lines(text: str) -> list[tuple[str, str]]:
+    """(line, header) for the sentences of `text`'s prose ("" for header) and its table rows (the
+    table's header line; separators and headers left out), in order.
+    """
+    out: list[tuple[str, str]] = []
+    lines = text.splitlines()
+    rule = re.compile(r"\|?[\s:|-]+\|?")
+    header = ""
+    for i, line in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("|"):
-            if not re.fullmatch(r"\|?[\s:|-]+\|?", stripped):
-                out.append(" | ".join(_cells(stripped)))
+            if i + 1 < len(lines) and rule.fullmatch(lines[i + 1].strip()):
+                header = " | ".join(_cells(stripped))
+            elif not rule.fullmatch(stripped):
+                out.append((" | ".join(_cells(stripped)), header))
             continue
-        out += [s for s in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")) if s]
+        header = ""
+        out += [(s, "") for s in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")) if s]
     return out
 
 
@@ -269,7 +277,7 @@ def bounding_lines(text: str, amount: float, unit: tuple[str, str] | None, about
                    path: Path = UNITS_FILE) -> list[str]:
     """The lines of `text` (a sentence of prose, a table row) whose bounds ("above 250000 USD", "até
     30 dias": a figure with a side word of the units file right before it) all hold `amount`, and that
-    share a word with `about` (the question). A bound in another kind of unit than `amount`'s is
+    share a word with `about` (the question; a row with its table's header). A bound in another kind of unit than `amount`'s is
     not read; one with no unit, or beside an amount with none, is read as the same unit.
 
     Why: a policy states who signs or approves by brackets ("Contracts above 250000 USD per year are
@@ -279,8 +287,8 @@ def bounding_lines(text: str, amount: float, unit: tuple[str, str] | None, about
     table = units(path)
     near = stems(about)
     out: list[str] = []
-    for line in _lines(text):
-        if not near & stems(line):
+    for line, header in _lines(text):
+        if not near & stems(f"{header} {line}"):  # a row is about what its table's header says
             continue
         folded = light(line.replace("*", " ").replace("|", " "))
         verdicts: list[bool] = []

@@ -2126,11 +2126,12 @@ class SemanticLayer:
             out.append(f"{role}.{label}")
         return list(dict.fromkeys(out))
 
-    def referents(self, text: str, hits: Iterable[tuple[str, str, str]]) -> list[str]:
+    def referents(self, text: str, hits: Iterable[tuple[str, str, str]], *, labels: bool = True) -> list[str]:
         """The stored labels among `hits` (table, column, value: what the value index found in an
         earlier source's passages) of the entities `text` names by their words or by a role's
         words (a join's synonyms name its target): "quantas pessoas reportam a ela" after a
-        passage naming one person and two teams is about that person.
+        passage naming one person and two teams is about that person. `labels=False`: the values
+        of their other text columns instead (a person named by a job title, "signed by the CFO").
         """
         folded = _spaced(text)
         kinds = {e for e in self.spec.entities if any(_has(folded, w) for w in self._entity_words(e))}
@@ -2139,8 +2140,9 @@ class SemanticLayer:
         columns = set()
         for entity in kinds:
             label, ent = self._label(entity), self.spec.entities[entity]
-            if label is not None and label in ent.dimensions and not ent.dimensions[label].expr:
-                columns.add((ent.table_name(entity), ent.dimensions[label].column or label))
+            for member, dim in ent.dimensions.items():
+                if not dim.expr and (member == label) is labels and self.kind(entity, member) == "string":
+                    columns.add((ent.table_name(entity), dim.column or member))
         return list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
 
     def columns_named(self, text: str, columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -284,11 +284,13 @@ def _named_referent(call: BackendCall, question: str) -> str:
     group = _clause_group(call, layer, text, question)
     if group:
         return f"{question} ({said[0]}: {', '.join(group)})"
-    found = _values(call.services.sql_tool).match(text, limit=None)
-    names = layer.referents(question, [(h.table, h.column, h.value) for h in found])
+    found = [(h.table, h.column, h.value) for h in _values(call.services.sql_tool).match(text, limit=None)]
+    names = layer.referents(question, found)
+    asked = call.whole or question
     if len(names) > 1:
-        asked = call.whole or question
         names = _field_named(text, asked, names) or _figure_named(text, asked, names) or names
+    if len(names) != 1:  # the bracket's line may name its person by a title alone ("approval by the CFO")
+        names = _figure_named(text, asked, layer.referents(question, found, labels=False)) or names
     return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
 
 
