@@ -478,16 +478,22 @@ def test_a_pointer_after_bracketed_passages_takes_the_person_of_the_bracket_the_
     assert call("We are buying a 120k car. Who pays it,") == part  # no bracket about it
     # a bracket that names its person by a job title alone: that title
     titled = ("| Lease value (USD) | Sign-off |\n|---|---|\n| up to 30000 | the Finance Manager |\n"
-              "| above 30000 | the CFO |\n\nQuestions go to Fábio Queiroz or Priscila Antunes.")
+              "| above 30000 | the Finance Manager and the CFO |\n| above 90000 | the CEO |\n\n"
+              "Questions go to Fábio Queiroz or Priscila Antunes.")
 
     def by_title(whole: str) -> str:
         c = BackendCall(question=part, today="2026-05-15", profile="scripted", services=novaops_services,
                         usage=Usage(), whole=f"{whole} {part}", given=(Finding(backend="docs", text=titled),))
         return _named_referent(c, part)
 
-    assert by_title("Who signs off a 45k lease,") == f"{part} (that: CFO)"
+    assert by_title("Who signs off a 120k lease,") == f"{part} (that: CEO)"  # the tightest bracket
+    assert by_title("Who signs off a 45k lease,") == part  # its bracket names two
     assert by_title("Who signs off a 12k lease,") == f"{part} (that: Finance Manager)"
     assert by_title("Who signs off a lease,") == part
+    # the bracket wins over the one name the passages hold elsewhere
+    titled = titled.replace(" or Priscila Antunes", "")
+    assert by_title("Who signs off a 12k lease,") == f"{part} (that: Finance Manager)"
+    assert by_title("Who signs off a lease,") == f"{part} (that: Fábio Queiroz)"
 
 
 def test_a_pointer_to_a_case_of_a_rule_takes_the_values_of_the_clause_holding_the_questions_value(

@@ -273,35 +273,53 @@ def _lines(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def _bounds(folded: str, amount: float, unit: tuple[str, str] | None, table: Units,
+            header: tuple[str, str] | None = None) -> list[tuple[bool, float, bool]]:
+    """(holds, slack, same unit) for each bound of the light-folded `folded` ("above 250000 usd": a
+    figure with a side word right before it, a bare one in the unit of its table's `header`) that
+    `amount` can be read against: whether it lies on the bound's side, how far from it (relative to
+    the figure), and whether both state a unit of one kind. A bound in another kind of unit than
+    `amount`'s is not read; one with no unit, or beside an amount with none, reads as the same unit.
+    """
+    out: list[tuple[bool, float, bool]] = []
+    for at, number, stated in _amounts(folded, table):
+        found = stated or header
+        before = re.sub(r"(?:[^\w\s]+\s*)+$", "", folded[:at]).rstrip()  # "us$ " before the number
+        side = next((s for w, s in table.sides if re.search(rf"(?<!\w){re.escape(w)}$", before)), None)
+        value: float | None = amount
+        if unit is not None and found is not None:
+            value = table.convert(amount, unit, found) if unit[0] == found[0] else None
+        if side is not None and value is not None:
+            out.append((value > number if side == ">" else value <= number, abs(value - number) / max(number, 1),
+                        unit is not None and found is not None))
+    return out
+
+
 def bounding_lines(text: str, amount: float, unit: tuple[str, str] | None, about: str,
                    path: Path = UNITS_FILE) -> list[str]:
-    """The lines of `text` (a sentence of prose, a table row) whose bounds ("above 250000 USD", "até
-    30 dias": a figure with a side word of the units file right before it) all hold `amount`, and that
-    share a word with `about` (the question; a row with its table's header). A bound in another kind of unit than `amount`'s is
-    not read; one with no unit, or beside an amount with none, is read as the same unit.
+    """The lines of `text` (a sentence of prose, a table row; each clause of a sentence that states
+    several bounds) whose bounds ("above 250000 USD", "até 30 dias") all hold `amount` and that share
+    a word with `about` (the question; a row with its table's header) unless every bound and `amount`
+    state units of one kind, the tightest bracket first (the figure nearest `amount`).
 
     Why: a policy states who signs or approves by brackets ("Contracts above 250000 USD per year are
-    signed by the CEO, X"); the question's own figure ("a 300k contract") says which bracket it means,
-    and the person it then asks about is the one that line names.
+    signed by the CEO, X"; "a Finance Manager decide até 5000 USD, o Head até 25000 USD …"); the
+    question's own figure ("a 300k contract") says which bracket it means, and the person it then
+    asks about is the one that bracket names.
     """
     table = units(path)
     near = stems(about)
-    out: list[str] = []
+    found: list[tuple[float, int, str]] = []
     for line, header in _lines(text):
-        if not near & stems(f"{header} {line}"):  # a row is about what its table's header says
-            continue
-        folded = light(line.replace("*", " ").replace("|", " "))
-        verdicts: list[bool] = []
-        for at, number, found in _amounts(folded, table):
-            before = re.sub(r"(?:[^\w\s]+\s*)+$", "", folded[:at]).rstrip()  # "us$ " before the number
-            side = next((s for w, s in table.sides if re.search(rf"(?<!\w){re.escape(w)}$", before)), None)
-            if side is None:
-                continue
-            value: float | None = amount
-            if unit is not None and found is not None:
-                value = table.convert(amount, unit, found) if unit[0] == found[0] else None
-            if value is not None:
-                verdicts.append(value > number if side == ">" else value <= number)
-        if verdicts and all(verdicts):
-            out.append(line)
-    return out
+        about_it = bool(near & stems(f"{header} {line}"))  # a row is about what its table's header says
+        clauses = [line]
+        if not header and len(_bounds(light(line), amount, unit, table)) > 1:  # one bracket per clause
+            clauses = [c for c in re.split(r",\s+|;\s+|\s+(?:e|and)\s+", line) if c.strip()]
+        for clause in clauses:
+            bounds = _bounds(light(clause.replace("*", " ").replace("|", " ")), amount, unit, table,
+                             _header_unit(header, table) if header else None)
+            # a figure in the question's own unit is about the line's bound without a shared word
+            # (a Portuguese question, an English policy); a bare one needs one
+            if bounds and all(b[0] for b in bounds) and (about_it or all(b[2] for b in bounds)):
+                found.append((min(b[1] for b in bounds), len(found), clause))
+    return [clause for _, _, clause in sorted(found)]

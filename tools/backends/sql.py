@@ -287,10 +287,13 @@ def _named_referent(call: BackendCall, question: str) -> str:
     found = [(h.table, h.column, h.value) for h in _values(call.services.sql_tool).match(text, limit=None)]
     names = layer.referents(question, found)
     asked = call.whole or question
-    if len(names) > 1:
-        names = _field_named(text, asked, names) or _figure_named(text, asked, names) or names
-    if len(names) != 1:  # the bracket's line may name its person by a title alone ("approval by the CFO")
-        names = _figure_named(text, asked, layer.referents(question, found, labels=False)) or names
+    # the bracket the question's own figure is in names its person first, by name or by a title
+    # alone ("approval by the CFO"); else the one name, or the one the field the question says holds
+    bracket = _figure_named(text, asked, names, layer.referents(question, found, labels=False))
+    if bracket:
+        names = bracket
+    elif len(names) > 1:
+        names = _field_named(text, asked, names) or names
     return f"{question} ({said[0]}: {names[0]})" if len(names) == 1 else question
 
 
@@ -340,19 +343,25 @@ def _field_named(text: str, asked: str, names: list[str]) -> list[str]:
     return []
 
 
-def _figure_named(text: str, asked: str, names: list[str]) -> list[str]:
-    """The one of `names` that the passage lines whose bounds hold a figure the question states
-    name ("a 300k/year contract" → "Contracts above 250000 USD per year are signed by the CEO, X");
-    [] when those lines name none, or more than one.
+def _figure_named(text: str, asked: str, names: list[str], titles: list[str]) -> list[str]:
+    """The one of `names` (else of `titles`, the people's other stored words) that the tightest
+    passage line whose bounds hold a figure the question states names ("a 300k/year contract" →
+    "Contracts above 250000 USD per year are signed by the CEO, X", not the lower bracket "above
+    50000 … by the CFO"); [] when no such line names one of them, or the first that does names
+    more than one.
 
     Why: a policy names a person per bracket (who signs, who approves), and the passages name
     several; the question's own figure says which bracket it is in.
     """
     from tools.doc_figures import amounts, bounding_lines
 
-    lines = [line for amount, unit in amounts(asked) for line in bounding_lines(text, amount, unit, asked)]
-    held = [n for n in names if any(f" {_words(n)} " in f" {_words(line)} " for line in lines)]
-    return held if len(held) == 1 else []
+    for amount, unit in amounts(asked):
+        for line in bounding_lines(text, amount, unit, asked):  # the tightest bracket naming any of them
+            for group in (names, titles):  # a name before a title the same line gives ("the CEO, X")
+                held = [n for n in group if f" {_words(n)} " in f" {_words(line)} "]
+                if held:
+                    return held if len(held) == 1 else []
+    return []
 
 
 def _with_findings(call: BackendCall, question: str) -> str:
