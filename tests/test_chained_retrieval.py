@@ -519,6 +519,24 @@ def test_a_pointer_to_a_case_of_a_rule_takes_the_values_of_the_clause_holding_th
     assert call("Who is the regional lead for Lisboa, and", question=own) == own
 
 
+def test_a_pointer_means_the_kind_it_names_and_a_record_named_by_its_id_alone(novaops_services: Services) -> None:
+    """Written for this test: the passage names a person and a project by its id alone. "Quem
+    lidera esse projeto?" points at the project (the lead is what it asks), so it is about PRJ-110,
+    not the person the passage names; "that person" still means the person."""
+    from tools.backends.sql import _named_referent
+
+    passage = "Exceções precisam do aval de Priscila Antunes. O projeto PRJ-110 está suspenso."
+
+    def call(part: str) -> str:
+        c = BackendCall(question=part, today="2026-05-15", profile="scripted", services=novaops_services,
+                        usage=Usage(), whole=f"A política cita um projeto. {part}",
+                        given=(Finding(backend="docs", text=passage),))
+        return _named_referent(c, part)
+
+    assert call("Quem lidera esse projeto?") == "Quem lidera esse projeto? (esse: PRJ-110)"
+    assert call("What is that person's approval limit?") == "What is that person's approval limit? (that: Priscila Antunes)"
+
+
 def test_a_graph_part_pointing_back_takes_the_person_of_the_field_the_question_names(
         novaops_services: Services) -> None:
     """Written for this test: "is that person on call?" after passages naming three people. The

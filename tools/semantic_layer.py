@@ -2134,16 +2134,37 @@ class SemanticLayer:
         of their other text columns instead (a person named by a job title, "signed by the CFO").
         """
         folded = _spaced(text)
-        kinds = {e for e in self.spec.entities if any(_has(folded, w) for w in self._entity_words(e))}
-        kinds |= {j.entity for ent in self.spec.entities.values() for name, j in ent.joins.items()
-                  if _role_said(folded, name, j)}
-        columns = set()
+        kinds = self._pointed_kinds(folded)
+        if not kinds:
+            kinds = {e for e in self.spec.entities if any(_has(folded, w) for w in self._entity_words(e))}
+            kinds |= {j.entity for ent in self.spec.entities.values() for name, j in ent.joins.items()
+                      if _role_said(folded, name, j)}
+        hits = list(hits)
+        columns, keys = set(), set()
         for entity in kinds:
             label, ent = self._label(entity), self.spec.entities[entity]
             for member, dim in ent.dimensions.items():
                 if not dim.expr and (member == label) is labels and self.kind(entity, member) == "string":
                     columns.add((ent.table_name(entity), dim.column or member))
-        return list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
+            if ent.primary_key in ent.dimensions:
+                keys.add((ent.table_name(entity), ent.dimensions[ent.primary_key].column or ent.primary_key))
+        found = list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
+        # a record the passages name by its id alone ("o projeto PRJ-110") is named by its key
+        return found if found or not labels else list(dict.fromkeys(v for t, c, v in hits if (t, c) in keys))
+
+    def _pointed_kinds(self, folded: str) -> set[str]:
+        """The entities named by the one or two words right after a word that points back ("esse
+        projeto", "that person's"): what the pointing word means, whatever else the text names
+        ("quem lidera esse projeto" is about the project, not its lead). Empty when none is.
+        """
+        cues = folded_cues()
+        tokens = folded.split()
+        out: set[str] = set()
+        for i, t in enumerate(tokens):
+            if t in cues.references | cues.pronouns:
+                after = f" {' '.join(tokens[i + 1:i + 3])} "
+                out |= {e for e in self.spec.entities if any(_has(after, w) for w in self._entity_words(e))}
+        return out
 
     def columns_named(self, text: str, columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The (table, column) pairs of `columns` whose dimension `text` names by its words ("the
