@@ -537,6 +537,37 @@ def test_a_pointer_means_the_kind_it_names_and_a_record_named_by_its_id_alone(no
     assert call("What is that person's approval limit?") == "What is that person's approval limit? (that: Priscila Antunes)"
 
 
+def test_a_graph_part_pointing_back_takes_the_one_record_of_the_kind_the_question_points_at(
+        novaops_services: Services) -> None:
+    """Written for this test: the passage names people, services and one project; the whole
+    question points at "that project", so the later part's "any member of it" is about the project
+    (the project's on-call pattern answers with its members on shift). Two projects named, or no
+    kind pointed at: the part is left as it stands."""
+    from tools.graph_patterns import PatternEngine
+
+    engine = PatternEngine.for_file(novaops_services.settings.graph_patterns_file())
+    part = "are any of its members on call in 2026-W20?"
+    passage = ("Action items: move the trust store of auth-service to automatic rotation under PRJ-103 "
+               "(owner Priscila Antunes; reviewer Fábio Queiroz).")
+
+    def referent(whole: str, text: str = passage) -> str:
+        return engine.referent(part, text, [], engine=novaops_services.engine, tool=novaops_services.graph_tool,
+                               whole=f"{whole} {part}")
+
+    assert referent("The review cites a project. Who leads that project, and") == f"{part} (its: PRJ-103)"
+    assert referent("The review cites a project. Who leads it, and") == part  # no kind pointed at
+    assert referent("The review cites a project. Who leads that project, and", passage + " See also PRJ-102.") == part
+    rows = novaops_services.graph_tool.query(
+        "MATCH (e:Employee)-[:WORKS_ON]->(:Project {project_id: 'PRJ-103'}) MATCH (e)-[o:ON_CALL_FOR]->(:Service) "
+        "WHERE o.week = '2026-W20' RETURN DISTINCT e.name AS name")
+    c = BackendCall(question=part, today="2026-05-15", profile="scripted", services=novaops_services, usage=Usage(),
+                    whole=f"The review cites a project. Who leads that project, and {part}",
+                    given=(Finding(backend="docs", text=passage),))
+    found = BACKENDS["graph"].run(c)
+    assert found["path"] == "pattern:project_on_call" and found["params"]["project"] == "PRJ-103", found
+    assert rows and {r["name"] for r in found["rows"]} == {r["name"] for r in rows}
+
+
 def test_a_graph_part_pointing_back_takes_the_person_of_the_field_the_question_names(
         novaops_services: Services) -> None:
     """Written for this test: "is that person on call?" after passages naming three people. The

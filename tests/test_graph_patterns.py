@@ -403,6 +403,13 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
      "MATCH (p:Project)<-[w:WORKS_ON]-(e:Employee) WHERE p.project_id = 'PRJ-103' RETURN e.name, w.role, w.allocation_pct"),
     ("project_members", {"project": "PRJ-107"},
      "MATCH (p:Project)<-[w:WORKS_ON]-(e:Employee) WHERE p.project_id = 'PRJ-107' RETURN e.name, w.role, w.allocation_pct"),
+    # the project's members through their shifts (not the per-service edges the pattern reads)
+    ("project_on_call", {"project": "PRJ-102", "week": ["2026-W22"], "role": ["primary", "secondary"]},
+     "MATCH (p:Project)<-[:WORKS_ON]-(e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift) WHERE p.project_id = 'PRJ-102' "
+     "AND sh.week = '2026-W22' RETURN DISTINCT e.name, sh.role, sh.week"),
+    ("project_on_call", {"project": "PRJ-105", "week": ["2026-W19", "2026-W20", "2026-W21"], "role": ["primary"]},
+     "MATCH (p:Project)<-[:WORKS_ON]-(e:Employee)-[:ASSIGNED_TO]->(sh:OnCallShift) WHERE p.project_id = 'PRJ-105' "
+     "AND sh.week IN ['2026-W19', '2026-W20', '2026-W21'] AND sh.role = 'primary' RETURN DISTINCT e.name, sh.role, sh.week"),
     ("person_projects", {"person": "E022"},
      "MATCH (e:Employee)-[w:WORKS_ON]->(p:Project) WHERE e.employee_id = 'E022' "
      "RETURN p.name, p.project_id, w.role, w.allocation_pct"),
@@ -544,6 +551,8 @@ PARAPHRASES = [
     ("service_incidents", "Which incidents affected data-warehouse?"),
     ("project_members", "Quem está no projeto Conformidade RGPD/LGPD?"),
     ("project_members", "Who are the members of Fechamento Contábil Automatizado?"),
+    ("project_on_call", "Alguém da equipe do Modelo Antifraude 3.0 fica de plantão na semana que vem?"),
+    ("project_on_call", "Which people on the Observabilidade Unificada project are on call this week?"),
     ("person_projects", "Quais projetos o Thiago Nascimento toca?"),
     ("person_projects", "Which projects is Catarina Lobo on?"),
     ("team_of_person", "A Aline Cunha é de qual equipe?"),

@@ -1036,15 +1036,19 @@ class PatternEngine:
         return cached
 
     def referent(self, question: str, given: str, focus: Sequence[str], *, engine: Engine | None,
-                 tool: GraphTool | None) -> str:
+                 tool: GraphTool | None, whole: str = "") -> str:
         """`question` with the one thing an earlier backend found that it points back at, written
         after the pointing word ("is he on call in W21? (he: X)"), when the question says a
         reference word or pronoun and the first field of `focus` that names an entity or id the
-        question does not (else `given`) names exactly one; `question` unchanged otherwise.
+        question does not (else `given`) names exactly one, or exactly one of the kind the pointing
+        names (`_pointed_labels`: the part's own "that project", else the `whole` question's);
+        `question` unchanged otherwise.
 
         Why: "is he on call in W21?" after a postmortem that names its commander was matched
         without the person (nothing in it is a name), so the week's roster answered it, listing
-        everyone on call; with the person written in, a pattern that takes a person answers.
+        everyone on call; with the person written in, a pattern that takes a person answers. "…
+        who leads that project, and is any member of it on call?" after a postmortem that names
+        people, services and one project is about the project.
         """
         from tools.semantic_layer import pointing_words
 
@@ -1054,15 +1058,38 @@ class PatternEngine:
         gazetteer = self.gazetteer(engine, tool)
         ids = _id_params(self.patterns)
         own = {(m.source, m.value) for m in find_mentions(question, gazetteer, ids)}
+        kinds = self._pointed_labels(question) or self._pointed_labels(whole)
         for text in [*focus, given]:
             found = {(m.source, m.value): m for m in find_mentions(text, gazetteer, ids) if not m.title}
             found = {k: m for k, m in found.items() if k not in own}
+            if len(found) > 1 and kinds:
+                found = {k: m for k, m in found.items() if self._label_of(m.source) in kinds}
             if found:
                 if len(found) != 1:
                     return question
                 m = next(iter(found.values()))
                 return f"{question} ({pointing[0]}: {span_of(text, m.surface) or m.surface})"
         return question
+
+    def _pointed_labels(self, text: str) -> set[str]:
+        """The node labels whose words (`vocabulary.label_words`) stand in the two words right after
+        a word that points back ("esse projeto", "that person"): what the pointing means.
+        """
+        from tools.semantic_layer import folded_cues
+
+        cues = folded_cues()
+        tokens = fold(text).split()
+        words = {label: {fold(w) for w in ws} for label, ws in self.patterns.vocabulary.label_words.items()}
+        return {label for i, t in enumerate(tokens) if t in cues.references | cues.pronouns
+                for label, ws in words.items() if ws & set(tokens[i + 1:i + 3])}
+
+    def _label_of(self, source: str) -> str | None:
+        """The node label a mention's source stands for ("graph:Project.project_id", "ref:employee")."""
+        kind, _, rest = source.partition(":")
+        name = rest.split(".", 1)[0].split("#", 1)[0]
+        if kind == "graph":
+            return name
+        return next((label for label in self.patterns.vocabulary.label_words if label.lower() == name), None)
 
     def unsaid(self, query: str, question: str, *, engine: Engine | None, tool: GraphTool | None) -> list[str]:
         """`unsaid_values` of a generated query with this file's gazetteer and id shapes."""

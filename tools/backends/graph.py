@@ -212,7 +212,8 @@ class GraphBackend:
         given = "\n".join([f.text for f in call.given] + [", ".join(f.values) for f in call.given])
         focus = fields_asked("\n".join(f.text for f in call.given if f.text), call.whole or question)
         try:
-            question = engine.referent(question, given, focus, engine=sql, tool=call.services.graph_tool)
+            question = engine.referent(question, given, focus, engine=sql, tool=call.services.graph_tool,
+                                       whole=call.whole)
             attempt = engine.answer(question, tool=call.services.graph_tool, today=call.today, usage=call.usage,
                                     backend=call.profile, engine=sql, rows_for_later=call.feeds, given=given,
                                     focus=focus)
