@@ -58,11 +58,12 @@ class SQLBackend:
         tool = call.services.sql_tool
         documents = _documents(call)
         read = replace(call, given=(*call.given, *documents))
-        question = _named_referent(read, bounded_question(call.question, read.given))
+        bounded = bounded_question(call.question, read.given)
+        question = _named_referent(read, bounded)
         # a referent the passages name is what the part points at (their other names are not
         # heard: "that partner" after a passage naming the role was filled with the role); else the
         # stored values the rest of the question names are (`_antecedent`)
-        if question == bounded_question(call.question, read.given):
+        if question == bounded:
             call = replace(call, given=(*call.given, *_antecedent(call), *documents))
             question = bounded_question(call.question, call.given)
         else:
