@@ -387,6 +387,11 @@ def _attributes_cut(rows: list[dict[str, Any]], labels: list[str], folded: str) 
     return 1 <= len(named) < len(values)
 
 
+def _is_figure(value: Any) -> bool:
+    """Whether a result cell is a number (not a flag)."""
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
 def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lang: str,
                   units: Mapping[str, str]) -> list[str] | None:
     """Each label with its row's one figure ("Dados (US$ 961,00)") when the rows are a breakdown:
@@ -396,8 +401,7 @@ def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lan
     """
     if not _GROUPED.search(query):
         return None
-    numeric = [c for c in rows[0] if all(isinstance(r.get(c), int | float | Decimal) and not isinstance(r.get(c), bool)
-                                         for r in rows)]
+    numeric = [c for c in rows[0] if all(_is_figure(r.get(c)) for r in rows)]
     if len(numeric) != 1 or len(labels) != len(rows):
         return None
     column = numeric[0]
@@ -405,16 +409,11 @@ def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lan
     return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
 
 
-def _is_figure(value: Any) -> bool:
-    """Whether a result cell is a number (not a flag)."""
-    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
-
-
 def _figure_written(answer: str, value: Any) -> bool:
     """Whether `answer` writes the number `value` (to two decimals), in either language's marks
     ("1.478,93" or "1,478.93"); False for a value that is no number.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+    if not _is_figure(value):
         return False
     target = round(Decimal(str(value)), 2)
     for raw in _NUMBER.findall(answer):

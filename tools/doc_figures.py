@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -160,43 +161,59 @@ def _cells(line: str) -> list[str]:
     return [c.strip().replace("**", "").strip() for c in line.strip().strip("|").split("|")]
 
 
+_RULE = re.compile(r"\|?[\s:|-]+\|?")  # a markdown table's separator line
+
+
+def _walk(lines: list[str]) -> Iterator[tuple[int, list[str] | None, list[str] | str]]:
+    """(index, cells, header cells) for each table row of `lines` (the header is the line above a
+    separator, [] before one), and (index, None, sentence) for each sentence of prose, in order;
+    separators and headers are not yielded, and prose ends a table.
+    """
+    header: list[str] = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("|"):
+            if _RULE.fullmatch(stripped):
+                continue  # the separator under a header
+            if i + 1 < len(lines) and _RULE.fullmatch(lines[i + 1].strip()):
+                header = _cells(stripped)  # the line above a separator is the header
+                continue
+            yield i, _cells(stripped), header
+            continue
+        header = []
+        for sentence in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")):
+            yield i, None, sentence
+
+
 def figures(text: str, path: Path = UNITS_FILE) -> list[Figure]:
     """Every figure with a unit in `text` (passages as the documents backend hands them on)."""
     table = units(path)
     out: list[Figure] = []
-    header: list[str] = []
     lines = text.splitlines()
-    rule = re.compile(r"\|?[\s:|-]+\|?")
     # every header (the line above a separator), by position: a passage cut from the middle of a
     # table has rows and no header, which another passage of the same table holds
     headers = [(i, _cells(line)) for i, line in enumerate(lines[:-1])
-               if line.strip().startswith("|") and rule.fullmatch(lines[i + 1].strip())]
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("|"):
-            cells = _cells(stripped)
-            if rule.fullmatch(stripped):
-                continue  # the separator under a header
-            if i + 1 < len(lines) and rule.fullmatch(lines[i + 1].strip()):
-                header = cells  # the line above a separator is the header
-                continue
-            if not header:  # a headerless run of rows: the nearest header with as many cells
-                near = sorted((abs(j - i), h) for j, h in headers if len(h) == len(cells))
-                header = near[0][1] if near else []
-            key = cells[0]
-            for j, cell in enumerate(cells[1:], start=1):
-                head = header[j] if j < len(header) else ""
-                found = _quantities(cell, table)[:1]  # "72 hours (3 days)": the first is the figure
-                bare = re.fullmatch(_NUMBER, cell.replace(" ", ""))
-                unit = _header_unit(head, table) if not found and bare else None
-                if unit is not None and bare is not None:
-                    found = [(_value(bare.group(1)), *unit)]
-                out += [Figure(key, head, n, u, k) for n, k, u in found]
+               if line.strip().startswith("|") and _RULE.fullmatch(lines[i + 1].strip())]
+    fallback: list[str] = []
+    for i, cells, rest in _walk(lines):
+        if cells is None:
+            fallback = []
+            label = str(rest).replace("**", "")[:MAX_LABEL]
+            out += [Figure(label, "", n, u, k) for n, k, u in _quantities(str(rest), table)]
             continue
-        header = []
-        for sentence in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")):
-            label = sentence.replace("**", "")[:MAX_LABEL]
-            out += [Figure(label, "", n, u, k) for n, k, u in _quantities(sentence, table)]
+        header = list(rest) or fallback
+        if not header:  # a headerless run of rows: the nearest header with as many cells
+            near = sorted((abs(j - i), h) for j, h in headers if len(h) == len(cells))
+            fallback = header = near[0][1] if near else []
+        key = cells[0]
+        for j, cell in enumerate(cells[1:], start=1):
+            head = header[j] if j < len(header) else ""
+            found = _quantities(cell, table)[:1]  # "72 hours (3 days)": the first is the figure
+            bare = re.fullmatch(_NUMBER, cell.replace(" ", ""))
+            unit = _header_unit(head, table) if not found and bare else None
+            if unit is not None and bare is not None:
+                found = [(_value(bare.group(1)), *unit)]
+            out += [Figure(key, head, n, u, k) for n, k, u in found]
     return out
 
 
@@ -214,17 +231,26 @@ def before(today: str, figure: Figure, path: Path = UNITS_FILE) -> str | None:
 YEARS = (1900, 2100)  # a bare four-digit number in this range is a year, not an amount
 
 
+@lru_cache(maxsize=1)
+def _amount_pattern() -> re.Pattern[str]:
+    """A number not inside an id, a date or a code, with a multiplier word of the business rules
+    after it ("300k", "20 mil"), built once per process.
+    """
+    from tools.business.catalog import rules
+
+    multipliers = "|".join(re.escape(light(k)) for k in sorted(rules().number_multipliers, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.,-])\d(?:[\d.,]*\d)?(?:\s*(?:{multipliers})(?![^\W\d_]))?")
+
+
 def _amounts(folded: str, table: Units) -> list[tuple[int, float, tuple[str, str] | None]]:
     """(position, number, unit or None) of each number the light-folded `folded` states that is no
     id, date, week or code, a multiplier word after it applied ("300k", "20 mil"), with the unit
     after it ("30 minutes") or the currency mark before it ("us$ 500").
     """
-    from tools.business.catalog import rules
     from tools.business.resolvers import parse_number
 
-    multipliers = "|".join(re.escape(light(k)) for k in sorted(rules().number_multipliers, key=len, reverse=True))
     out: list[tuple[int, float, tuple[str, str] | None]] = []
-    for m in re.finditer(rf"(?<![\w.,-])\d(?:[\d.,]*\d)?(?:\s*(?:{multipliers})(?![^\W\d_]))?", folded):
+    for m in _amount_pattern().finditer(folded):
         rest = folded[m.end():]
         if re.match(r"[\w-]", rest):
             continue  # "2026-Q3", "3rd", "10kg": part of a code or of a word
@@ -254,33 +280,26 @@ def amounts(text: str, path: Path = UNITS_FILE) -> list[tuple[float, tuple[str, 
 
 def _lines(text: str) -> list[tuple[str, str]]:
     """(line, header) for the sentences of `text`'s prose ("" for header) and its table rows (the
-    table's header line; separators and headers left out), in order.
+    table's header line), in order.
     """
     out: list[tuple[str, str]] = []
-    lines = text.splitlines()
-    rule = re.compile(r"\|?[\s:|-]+\|?")
-    header = ""
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith("|"):
-            if i + 1 < len(lines) and rule.fullmatch(lines[i + 1].strip()):
-                header = " | ".join(_cells(stripped))
-            elif not rule.fullmatch(stripped):
-                out.append((" | ".join(_cells(stripped)), header))
-            continue
-        header = ""
-        out += [(s, "") for s in re.split(r"(?<=[.;])\s+", stripped.lstrip("-* ")) if s]
+    for _, cells, rest in _walk(text.splitlines()):
+        if cells is not None:
+            out.append((" | ".join(cells), " | ".join(rest)))
+        elif rest:
+            out.append((str(rest), ""))
     return out
 
 
-def _bounds(folded: str, amount: float, unit: tuple[str, str] | None, table: Units,
+def _bounds(line: str, amount: float, unit: tuple[str, str] | None, table: Units,
             header: tuple[str, str] | None = None) -> list[tuple[bool, float, bool]]:
-    """(holds, slack, same unit) for each bound of the light-folded `folded` ("above 250000 usd": a
-    figure with a side word right before it, a bare one in the unit of its table's `header`) that
-    `amount` can be read against: whether it lies on the bound's side, how far from it (relative to
-    the figure), and whether both state a unit of one kind. A bound in another kind of unit than
+    """(holds, slack, same unit) for each bound of `line` ("above 250000 USD": a figure with a side
+    word right before it, a bare one in the unit of its table's `header`) that `amount` can be read
+    against: whether it lies on the bound's side, how far from it (relative to the figure), and
+    whether both state a unit of one kind. A bound in another kind of unit than
     `amount`'s is not read; one with no unit, or beside an amount with none, reads as the same unit.
     """
+    folded = light(line.replace("*", " ").replace("|", " "))
     out: list[tuple[bool, float, bool]] = []
     for at, number, stated in _amounts(folded, table):
         found = stated or header
@@ -312,12 +331,13 @@ def bounding_lines(text: str, amount: float, unit: tuple[str, str] | None, about
     found: list[tuple[float, int, str]] = []
     for line, header in _lines(text):
         about_it = bool(near & stems(f"{header} {line}"))  # a row is about what its table's header says
-        clauses = [line]
-        if not header and len(_bounds(light(line), amount, unit, table)) > 1:  # one bracket per clause
-            clauses = [c for c in re.split(r",\s+|;\s+|\s+(?:e|and)\s+", line) if c.strip()]
-        for clause in clauses:
-            bounds = _bounds(light(clause.replace("*", " ").replace("|", " ")), amount, unit, table,
-                             _header_unit(header, table) if header else None)
+        unit_of_header = _header_unit(header, table) if header else None
+        whole = _bounds(line, amount, unit, table, unit_of_header)
+        pieces = [(line, whole)]
+        if not header and len(whole) > 1:  # one bracket per clause
+            pieces = [(c, _bounds(c, amount, unit, table)) for c in re.split(r",\s+|;\s+|\s+(?:e|and)\s+", line)
+                      if c.strip()]
+        for clause, bounds in pieces:
             # a figure in the question's own unit is about the line's bound without a shared word
             # (a Portuguese question, an English policy); a bare one needs one
             if bounds and all(b[0] for b in bounds) and (about_it or all(b[2] for b in bounds)):

@@ -1075,13 +1075,10 @@ class PatternEngine:
         """The node labels whose words (`vocabulary.label_words`) stand in the two words right after
         a word that points back ("esse projeto", "that person"): what the pointing means.
         """
-        from tools.semantic_layer import folded_cues
+        from tools.semantic_layer import pointed_phrases
 
-        cues = folded_cues()
-        tokens = fold(text).split()
         words = {label: {fold(w) for w in ws} for label, ws in self.patterns.vocabulary.label_words.items()}
-        return {label for i, t in enumerate(tokens) if t in cues.references | cues.pronouns
-                for label, ws in words.items() if ws & set(tokens[i + 1:i + 3])}
+        return {label for after in pointed_phrases(text) for label, ws in words.items() if ws & set(after.split())}
 
     def _label_of(self, source: str) -> str | None:
         """The node label a mention's source stands for ("graph:Project.project_id", "ref:employee")."""

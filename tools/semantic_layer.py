@@ -2157,14 +2157,8 @@ class SemanticLayer:
         projeto", "that person's"): what the pointing word means, whatever else the text names
         ("quem lidera esse projeto" is about the project, not its lead). Empty when none is.
         """
-        cues = folded_cues()
-        tokens = folded.split()
-        out: set[str] = set()
-        for i, t in enumerate(tokens):
-            if t in cues.references | cues.pronouns:
-                after = f" {' '.join(tokens[i + 1:i + 3])} "
-                out |= {e for e in self.spec.entities if any(_has(after, w) for w in self._entity_words(e))}
-        return out
+        return {e for after in pointed_phrases(folded) for e in self.spec.entities
+                if any(_has(after, w) for w in self._entity_words(e))}
 
     def columns_named(self, text: str, columns: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The (table, column) pairs of `columns` whose dimension `text` names by its words ("the
@@ -3794,6 +3788,15 @@ def pointing_words(question: str) -> list[str]:
     """
     cues = folded_cues()
     return [w for w in re.findall(r"\w+", fold(question)) if w in cues.references | cues.pronouns]
+
+
+def pointed_phrases(text: str) -> list[str]:
+    """The one or two words right after each word of `text` that points back, space-padded ("esse
+    projeto" gives " projeto "): what the pointing word means, when they name a kind.
+    """
+    cues = folded_cues()
+    tokens = re.findall(r"\w+", fold(text))
+    return [f" {' '.join(tokens[i + 1:i + 3])} " for i, t in enumerate(tokens) if t in cues.references | cues.pronouns]
 
 
 def points_back(question: str) -> bool:
