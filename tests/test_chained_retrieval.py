@@ -594,3 +594,28 @@ def test_a_graph_part_pointing_back_takes_the_person_of_the_field_the_question_n
     assert unnamed["pattern_choice"]["scores"][0][0] == "on_call_roster", unnamed["pattern_choice"]
     assert run("The review names a lead reviewer.", "Who is on call in 2026-W21?")["path"] == "pattern:on_call_roster"
 
+
+
+def test_a_passage_heading_with_a_colon_is_no_field_and_its_names_are_not_the_referent(
+        novaops_services: Services) -> None:
+    """Written for this test: a stored passage opens with "Title — Section" and a blank line; a
+    title with a colon ("Review RV-42: …") whose words the question says was read as a field the
+    question asks for, and the service its title names was taken for "that project". The heading
+    is where the passage comes from; a field of its body is still read."""
+    from tools.graph_patterns import PatternEngine
+    from tramita.base.text import fields_asked, labelled_fields
+
+    passage = ("Review RV-42: search-service outage after a config push — Timeline\n\n"
+               "- 10:05 the config change ships under PRJ-103.\n**Incident lead:** Priscila Antunes")
+    whole = ("The RV-42 review cites the project behind the config push. Who leads that project, and are any of "
+             "its members on call in 2026-W20?")
+    assert labelled_fields(passage) == [("Incident lead", "Priscila Antunes")]
+    assert fields_asked(passage, whole) == []
+    assert fields_asked(passage, "The RV-42 review names an incident lead. Is that person on call?") == [
+        "Priscila Antunes"]
+    # without the blank line after it, a "Label: value" line is a field as before
+    assert labelled_fields("Owner: Lucas Oliveira — SRE\nmore") == [("Owner", "Lucas Oliveira — SRE")]
+    engine = PatternEngine.for_file(novaops_services.settings.graph_patterns_file())
+    part = "are any of its members on call in 2026-W20?"
+    assert engine.referent(part, passage, fields_asked(passage, whole), engine=novaops_services.engine,
+                           tool=novaops_services.graph_tool, whole=whole) == f"{part} (its: PRJ-103)"

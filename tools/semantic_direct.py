@@ -54,7 +54,7 @@ class Mention:
 
     start: int
     end: int
-    kind: str  # agg | list | value | segment | entity | role | column | period | grain | carrier | reference
+    kind: str  # agg | list | person | value | segment | entity | role | column | period | grain | carrier | reference
     name: str = ""  # entity, entity.dimension, entity.segment, entity.measure, owner.role
     value: Any = None  # a stored value, a period, an aggregation, or the role's target entity
 
@@ -132,7 +132,7 @@ def _mentions(layer: SemanticLayer, question: str, hits: list[tuple[str, str, st
         if span:
             out.append(Mention(*span, "period", value=period))
     cues = query_cue_file()
-    for kind, by_language in (("grain", cues.grain_words), ("list", cues.list_cues),
+    for kind, by_language in (("grain", cues.grain_words), ("list", cues.list_cues), ("person", cues.person_cues),
                               ("carrier", cues.carrier_words), ("reference", cues.reference_words)):
         for w in (w for ws in by_language.values() for w in ws):
             add(w, kind)
@@ -184,8 +184,11 @@ def direct_query(layer: SemanticLayer, question: str, hits: list[tuple[str, str,
     mentions = [m for m in mentions if m.kind not in ("value", "segment") or not any(
         o.kind != m.kind and o.start <= m.start and m.end <= o.end and o.end - o.start > m.end - m.start
         for o in named)]
+    # a who-question names the entity whose role it asks about by the role alone ("who leads X?")
+    asks_who = any(m.kind == "person" for m in mentions)
     bases = sorted({m.name for m in mentions if m.kind == "entity"}
-                   | {m.name.split(".", 1)[0] for m in mentions if m.kind in ("agg", "column") and m.name})
+                   | {m.name.split(".", 1)[0] for m in mentions if m.kind in ("agg", "column") and m.name}
+                   | {m.name.split(".", 1)[0] for m in mentions if m.kind == "role" and asks_who})
     fills = [f for b in bases if (f := _read_as(layer, b, question, words, mentions, hits, bound)) is not None]
     return fills[0] if len(fills) == 1 else None
 
@@ -224,6 +227,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
             chosen.setdefault((m.start, m.end), []).append((len(ref.path), name, m.value, m, ref.entity))
             break
     filters: list[tuple[str, str, Any]] = []
+    said_at: list[tuple[int, int]] = []  # the words of each filter's value
     reached: set[str] = {base}
     used_roles: set[str] = set()
     spans = sorted(chosen, key=lambda s: (s[0], -(s[1] - s[0])))
@@ -240,6 +244,7 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
             return None  # the words name values of two entities equally near the base
         _, name, value, reached_entity = options[0]
         filters.append((name, "=", value))
+        said_at.append(span)
         reached.add(reached_entity)
         used_roles.add(name.split(".", 1)[0])
         taken |= set(range(*span))
@@ -271,6 +276,13 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
         segments.append(m.name)
         kept.append(m)
     refers = [m for m in mentions if m.kind == "reference"]
+    # "esse projeto (esse: PRJ-1)": each pointing word is also written right before a value this
+    # query filters by (the referent an earlier source named): it points at that value
+    at = {m.start for m in kept if m.kind == "value"}
+    written = {words[m.start] for m in refers if m.end in at}
+    if written and all(words[m.start] in written for m in refers):
+        kept += refers
+        refers = []
     if refers and bound and not layer.names_values(hits):  # "those services": a set an earlier source found
         kept += refers
         reached |= {dim.split(".", 1)[0] for t, c, _ in bound for dim in layer.column_dimensions.get((t, c), [])}
@@ -281,6 +293,19 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
     if not asks:  # a lookup: the base's columns the question names, of the rows its values pick
         shown = list(dict.fromkeys(m.name for m in sorted(mentions, key=lambda m: m.start) if m.kind == "column"
                                    and m.name.split(".", 1)[0] == base and m.name not in filtered))
+        looked = None if shown else _role_looked_up(layer, base, mentions, used_roles)
+        if looked is not None:  # "quem lidera o projeto X?": the role's person, beside the record's label
+            shown, said = looked
+            # "approved" in "who approved" names the role, not the record's state
+            # (the state is shown instead: "who approved X?" of a rejected X names who rejected it)
+            inside = {i for i, at in enumerate(said_at) if any(r.start <= at[0] and at[1] <= r.end for r in said)}
+            kept = [m for m in kept if m.kind != "value" or (m.start, m.end) not in {said_at[i] for i in inside}]
+            states = [filters[i][0] for i in sorted(inside) if filters[i][0].split(".", 1)[0] == base]
+            filters = [f for i, f in enumerate(filters) if i not in inside]
+            filtered = {name for name, _, _ in filters}
+            label = layer.label_of(base)
+            shown = [*shown, *([f"{base}.{label}"] if label and f"{base}.{label}" not in filtered else []), *states]
+            kept += [*said, *(m for m in mentions if m.kind == "person")]
         if not shown or not _names_a_record(base, ent, filters):
             return None
         kept += [m for m in mentions if m.kind == "column" and m.name in shown]
@@ -336,6 +361,31 @@ def _measure(base: str, ent: Any, asks: list[Mention], mentions: list[Mention]) 
         return None
     name, meas = options[0]
     return _Measure(name, meas.column)
+
+
+def _role_looked_up(layer: SemanticLayer, base: str, mentions: list[Mention], used_roles: set[str]
+                    ) -> tuple[list[str], list[Mention]] | None:
+    """The label of the one role of `base` a who-question names and no filter goes through ("quem
+    lidera o projeto X?": `lead.full_name`), with the mentions that say it; None when it names no
+    such role, several, one of the base's own entity ("o gestor da X" and "os liderados da X" name
+    one join in opposite directions), or one whose entity has no label.
+
+    Why: the small model filled "Quem lidera esse projeto (esse: PRJ-…)" as the employees with the
+    highest approval limit, and "Quem aprovou a despesa EXP-…?" as the expense's amount.
+    """
+    if not any(m.kind == "person" for m in mentions):
+        return None
+    said = [m for m in mentions if m.kind == "role" and m.name.split(".", 1)[0] == base
+            and m.name.split(".", 1)[1] not in used_roles]
+    roles = {m.name.split(".", 1)[1] for m in said}
+    if len(roles) != 1:
+        return None
+    role = roles.pop()
+    target = layer.spec.entities[base].joins[role].entity
+    label = layer.label_of(target)
+    if target == base or label is None:
+        return None
+    return [f"{role}.{label}"], said
 
 
 def _names_a_record(base: str, ent: Any, filters: list[tuple[str, str, Any]]) -> bool:

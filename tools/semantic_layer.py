@@ -787,7 +787,7 @@ class SemanticLayer:
         ent = self.spec.entities[base]
         for name in [f for f, _, _ in q.filters]:
             role, _, member = name.partition(".")
-            if role == base and member in (self._label(base), ent.primary_key):
+            if role == base and member in (self.label_of(base), ent.primary_key):
                 # a filter naming one row of the entity, through the one role the entity has to
                 # itself that the question names ("quantas pessoas reportam à X": the manager)
                 own = [j for j, join in ent.joins.items() if join.entity == base
@@ -1121,7 +1121,7 @@ class SemanticLayer:
         ent = self.spec.entities.get(prefix)
         if ent is None or not member or member != ent.primary_key or field_name in dimensions:
             return False
-        label = self._label(prefix)
+        label = self.label_of(prefix)
         return label is not None and f"{prefix}.{label}" in dimensions
 
     def _named_breakdown(self, q: QueryObject, measures: list[str], kept: list[str], tokens: list[str]) -> list[str]:
@@ -1720,7 +1720,7 @@ class SemanticLayer:
                                          [], None)).base
         except SemanticQueryError:
             return []
-        names = {f"{base}.{m}" for m in (self.spec.entities[base].primary_key, self._label(base)) if m}
+        names = {f"{base}.{m}" for m in (self.spec.entities[base].primary_key, self.label_of(base)) if m}
         if any(op == "=" and f in names for f, op, _ in filters):
             return []
         bounded = self._filtered_columns(filters)
@@ -1854,7 +1854,7 @@ class SemanticLayer:
         if ent is None or member not in ent.dimensions:
             return name
         for role, join in self._joins_on(entity, member):
-            label = self._label(join.entity)
+            label = self.label_of(join.entity)
             if label is not None:
                 return f"{role}.{label}"
         return name
@@ -1888,13 +1888,13 @@ class SemanticLayer:
         if not asked or ranking_words(tokens) or _asks_number(tokens, text, synonyms) \
                 or any(self._aggregation_said(m, tokens) for m in measures):
             return None
-        label = self._label(entity)
+        label = self.label_of(entity)
         columns = [f"{entity}.{f[2].column}" for f in measured]
         rows = [d for d in dict.fromkeys([*([f"{entity}.{label}"] if label else []), *kept, *columns])
                 if d in self.dimension_names]
         return rows if rows and self._lists(q, rows) else None
 
-    def _label(self, entity: str) -> str | None:
+    def label_of(self, entity: str) -> str | None:
         """The column that names a row of `entity`: the first drill member of its count."""
         count = next((m for m in self.spec.entities[entity].measures.values() if m.agg == "count" and m.drill_members),
                      None)
@@ -1913,7 +1913,7 @@ class SemanticLayer:
             joins = self._joins_on(found[1], found[2])
             for entity, column in ([(j.entity, j.target_column or self.spec.entities[j.entity].primary_key)
                                     for _, j in joins] if joins else [(found[1], found[2])]):
-                if column in (self._label(entity), self.spec.entities[entity].primary_key):
+                if column in (self.label_of(entity), self.spec.entities[entity].primary_key):
                     shown.add(entity)
         return shown
 
@@ -1925,7 +1925,7 @@ class SemanticLayer:
         out: list[str] = []
         for name in kept:
             found = self._dimension(name)
-            label = None if found is None else self._label(found[1])
+            label = None if found is None else self.label_of(found[1])
             if found is not None and label is not None and found[1] not in shown:
                 out.append(f"{found[0]}.{label}")
                 shown.add(found[1])
@@ -1945,7 +1945,7 @@ class SemanticLayer:
         asking = cues.grouping - cues.breakdown  # qual, quais, que, which, what: not "por", "each"
         out: list[str] = []
         for entity in self.spec.entities:
-            label = self._label(entity)
+            label = self.label_of(entity)
             if entity in shown | fixed or label is None or f"{entity}.{label}" in kept:
                 continue
             between = self._value_words(entity)  # once per entity, not once per entity word
@@ -2094,7 +2094,7 @@ class SemanticLayer:
             if entity is None:
                 continue
             for jname, join in self.spec.entities[entity].joins.items():
-                label = self._label(join.entity)
+                label = self.label_of(join.entity)
                 if label is None or not _role_said(text, jname, join):
                     continue
                 if any(f.startswith(f"{jname}.") or f in (f"{prefix}.{join.column}", f"{entity}.{join.column}")
@@ -2119,7 +2119,7 @@ class SemanticLayer:
             if len(joins) != 1:
                 continue
             role, join = joins[0]
-            label = self._label(join.entity)
+            label = self.label_of(join.entity)
             target_key = self.spec.entities[join.entity].primary_key
             if label is None or label == target_key or any(k.split(".", 1)[0] == role for k in kept):
                 continue
@@ -2142,7 +2142,7 @@ class SemanticLayer:
         hits = list(hits)
         columns, keys = set(), set()
         for entity in kinds:
-            label, ent = self._label(entity), self.spec.entities[entity]
+            label, ent = self.label_of(entity), self.spec.entities[entity]
             for member, dim in ent.dimensions.items():
                 if not dim.expr and (member == label) is labels and self.kind(entity, member) == "string":
                     columns.add((ent.table_name(entity), dim.column or member))
@@ -2266,7 +2266,7 @@ class SemanticLayer:
     def _plain(self, entity: str) -> set[str | None]:
         """The columns that name the rows themselves: the label, the key, the period date."""
         ent = self.spec.entities[entity]
-        return {self._label(entity), ent.primary_key, ent.period_dimension()}
+        return {self.label_of(entity), ent.primary_key, ent.period_dimension()}
 
     def _columns_said(self, prefix: str, entity: str, shown: list[str], texts: list[str]) -> list[str]:
         """The entity's columns that one of `texts` names by its word and `shown` lacks, leaving out
@@ -2368,7 +2368,7 @@ class SemanticLayer:
             return None
         grouped = next((e for e in self.spec.entities
                         if any(_counted(tokens, w, limit) for w in self._entity_words(e))), None)
-        label = None if grouped is None else self._label(grouped)
+        label = None if grouped is None else self.label_of(grouped)
         if grouped is None or label is None:
             return None
         notes: list[str] = []
@@ -2420,7 +2420,7 @@ class SemanticLayer:
             return None
         entity, ent, measure = found
         column = next((m for m, d in ent.dimensions.items() if (d.column or m) == measure.column), None)
-        label = self._label(entity)
+        label = self.label_of(entity)
         if column is None or label is None:
             return None
         words = [" ".join(fold(w).split()) for w in self._entity_words(entity)]
@@ -2450,7 +2450,7 @@ class SemanticLayer:
         """
         cues = folded_cues().recency
         for entity, ent in self.spec.entities.items():
-            when, label = ent.period_dimension(), self._label(entity)
+            when, label = ent.period_dimension(), self.label_of(entity)
             if when is None or label is None:
                 continue
             own = [self._measure(m) for m in measures]

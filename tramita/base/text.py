@@ -239,13 +239,21 @@ _FIELD_SEPARATOR = re.compile(r"\s+[·|•]\s+|\n")
 _FIELD = re.compile(r"^\s*(?:[-*]\s+)?([^\W\d_][^\n:]{0,40}?)\s*:\s*(\S.*)$")
 
 
+# a passage's opening line: "Title — Section", then a blank line (how stored passages start)
+_PASSAGE_HEADING = re.compile(r"^[^\n]* — [^\n]*\n[ \t]*\n", re.MULTILINE)
+
+
 def labelled_fields(text: str) -> list[tuple[str, str]]:
     """The "Label: value" fields of a text, in reading order ("**Incident commander:** Ana ·
     **Authors:** …" gives ("Incident commander", "Ana"), ("Authors", "…")). Markdown emphasis is
-    read through; a label is at most a few words, so a sentence with a colon is no field.
+    read through; a label is at most a few words, so a sentence with a colon is no field. A
+    passage's opening "Title — Section" line is where it comes from, not a field: a title with a
+    colon ("Postmortem INC-1: …") read as one whose label the question says, and its names were
+    taken for what the question points back at.
     """
     out: list[tuple[str, str]] = []
-    for piece in _FIELD_SEPARATOR.split(text.replace("**", "").replace("__", "")):
+    body = _PASSAGE_HEADING.sub("", text)
+    for piece in _FIELD_SEPARATOR.split(body.replace("**", "").replace("__", "")):
         m = _FIELD.match(piece)
         if m and len(m.group(1).split()) <= 4:
             out.append((m.group(1).strip(), m.group(2).strip()))
