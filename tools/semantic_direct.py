@@ -295,17 +295,17 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
                                    and m.name.split(".", 1)[0] == base and m.name not in filtered))
         looked = None if shown else _role_looked_up(layer, base, mentions, used_roles)
         if looked is not None:  # "quem lidera o projeto X?": the role's person, beside the record's label
-            shown, said = looked
+            shown, role_words = looked
             # "approved" in "who approved" names the role, not the record's state
             # (the state is shown instead: "who approved X?" of a rejected X names who rejected it)
-            inside = {i for i, at in enumerate(said_at) if any(r.start <= at[0] and at[1] <= r.end for r in said)}
+            inside = {i for i, at in enumerate(said_at) if any(r.start <= at[0] and at[1] <= r.end for r in role_words)}
             kept = [m for m in kept if m.kind != "value" or (m.start, m.end) not in {said_at[i] for i in inside}]
             states = [filters[i][0] for i in sorted(inside) if filters[i][0].split(".", 1)[0] == base]
             filters = [f for i, f in enumerate(filters) if i not in inside]
             filtered = {name for name, _, _ in filters}
             label = layer.label_of(base)
             shown = [*shown, *([f"{base}.{label}"] if label and f"{base}.{label}" not in filtered else []), *states]
-            kept += [*said, *(m for m in mentions if m.kind == "person")]
+            kept += [*role_words, *(m for m in mentions if m.kind == "person")]
         if not shown or not _names_a_record(base, ent, filters):
             return None
         kept += [m for m in mentions if m.kind == "column" and m.name in shown]
