@@ -468,7 +468,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             unread = not any(_figure_written(answer, v) for v in rows[0].values()) and not any(
                 isinstance(v, list | tuple | dict) for v in rows[0].values()) and not _DATED.match(labels[0] if labels else "")
             if labels and (denies or handed or unread) and not any(_writes(folded, v) for v in cells):
-                figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {})
+                # with its one other text ("Ana (Ledger v2)"): the row answers both of what was asked
+                figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
+                    _with_attribute(rows, labels)
                 answer = f"{answer}\n{say('full_list', lang, items=', '.join(figures or labels))}"
                 folded = fold(answer)
             elif not labels and unread and rows[0] and all(_is_figure(v) for v in rows[0].values()):

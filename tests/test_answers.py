@@ -286,6 +286,23 @@ def test_a_one_row_result_the_answer_does_not_read_follows_with_its_figure() -> 
                              "Tem algum serviço degradado?") == "Três serviços estão degradados."
 
 
+def test_a_one_row_result_the_answer_does_not_read_follows_with_its_other_text() -> None:
+    """Written for this test: the database found a project's lead and the project's name, and the
+    model named another person from the passages; the row follows with both of its texts. Only a
+    row's one other text is written beside it (two others: the label alone), and an answer that
+    writes a cell of the row is left."""
+    lead = {"backend": "sql", "query": "SELECT e.full_name, p.name FROM p JOIN e ON 1",
+            "rows": [{"lead.full_name": "Ana Prado", "projects.name": "Atlas Sync"}]}
+    question = "Quem lidera esse projeto?"
+    wrong = "O projeto é liderado por Rui Costa."
+    assert complete_list(wrong, [lead], "pt", question) == f"{wrong}\nLista completa: Ana Prado (Atlas Sync)."
+    two = {"backend": "sql", "query": "SELECT 1",
+           "rows": [{"lead.full_name": "Ana Prado", "projects.name": "Atlas Sync", "projects.status": "active"}]}
+    assert complete_list(wrong, [two], "pt", question) == f"{wrong}\nLista completa: Ana Prado."
+    for read in ("Ana Prado lidera o projeto.", "O Atlas Sync é liderado pela pessoa do registro."):
+        assert complete_list(read, [lead], "pt", question) == read
+
+
 def test_a_lone_figure_the_answer_does_not_write_follows_in_its_unit() -> None:
     """Written for this test: the database counted (or summed) and the model wrote around it ("the
     handbook does not give the number"); the figure follows, in the column's unit. An answer that
