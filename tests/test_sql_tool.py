@@ -543,6 +543,15 @@ def test_value_hints_name_the_column_that_stores_a_literal(sqlite_db: str) -> No
     assert tool.value_hints("quantas despesas pendentes?", ["expenses"]) == []  # enums are in the summary
 
 
+def test_value_hints_name_a_project_by_its_name_but_not_a_ticket_by_its_title(sqlite_db: str) -> None:
+    """Real database values: a project's name runs to three or four words and is linked; a
+    ticket's or incident's title is a sentence and is not (its words would name everything)."""
+    tool = SQLTool(sqlite_db)
+    assert "projects.name = 'Ledger v2'" in tool.value_hints("Quem lidera o Ledger v2?", ["projects"])
+    title = tool.query("SELECT title FROM tickets LIMIT 1")[0]["title"]
+    assert not any(h.startswith("tickets.title") for h in tool.value_hints(f"o chamado {title}", ["tickets"]))
+
+
 def test_value_index_prefers_the_longest_value() -> None:
     index = ValueIndex({("teams", "name"): ["Dados", "Plataforma de Dados"], ("t", "c"): ["ab"]})
     assert [h.value for h in index.match("o time Plataforma de Dados")] == ["Plataforma de Dados"]

@@ -1711,7 +1711,8 @@ class SemanticLayer:
         Only a column the query neither filters nor bounds by a segment, only one value said per
         column, only words with no other reading: not a date column's phrase ("abertos em 2026",
         `_unspent_words`), not a word of time ("new"), not a word for another value, column, join,
-        segment or entity the base reaches ("aprovou" may be the approver's role). Not for one
+        segment or entity the base reaches ("aprovou" may be the approver's role; when the query
+        goes through that role, the word says both: the approver also rejects). Not for one
         row the question names by its key or label ("foi o pedido BR-… negado?" asks about that
         row's value).
         """
@@ -1731,20 +1732,25 @@ class SemanticLayer:
         text = " " + " ".join(t for t in tokens if t in unspent) + " "
         time = folded_cues().time
         out: list[tuple[str, str, Any]] = []
+        # the base's roles the query goes through ("approver.full_name"): their words are read as
+        # the role already, and a word that also names a value says both ("quem mais aprovou"
+        # groups by the approver of the approved expenses: the approver also rejects)
+        joins = self.spec.entities[base].joins
+        used = {n.split(".", 1)[0] for n in [*q.dimensions, *(f for f, _, _ in filters)] if n.split(".", 1)[0] in joins}
         for dname, dim in self.spec.entities[base].dimensions.items():
             if not dim.values or (base, dname) in bounded:
                 continue
-            others = self._other_words(base, dname)
+            others = self._other_words(base, dname, frozenset(used))
             said = [stored for stored, syns in dim.values.items()
                     if any(_has(text, w) and fold(w) not in time and fold(w) not in others for w in [stored, *syns])]
             if len(said) == 1:
                 out.append((f"{base}.{dname}", "=", said[0]))
         return out
 
-    def _other_words(self, base: str, dname: str) -> frozenset[str]:
+    def _other_words(self, base: str, dname: str, used: frozenset[str] = frozenset()) -> frozenset[str]:
         """The folded words of everything the base reaches other than column `dname`'s values: the
         entities, their columns, values, joins, segments and measures (a value said by one of these
-        has two readings).
+        has two readings); not the words of the base's joins in `used` (the query reads them so).
         """
         out: set[str] = set()
         for entity in self._reach(base):
@@ -1754,7 +1760,8 @@ class SemanticLayer:
                 out |= {fold(w) for w in d.synonyms}
                 if (entity, name) != (base, dname):
                     out |= _declared_words(d)
-            for words in (*(j.synonyms for j in ent.joins.values()), *(g.synonyms for g in ent.segments.values()),
+            roles = [j.synonyms for n, j in ent.joins.items() if entity != base or n not in used]
+            for words in (*roles, *(g.synonyms for g in ent.segments.values()),
                           *(m.synonyms for m in ent.measures.values())):
                 out |= {fold(w) for w in words}
         return frozenset(out)

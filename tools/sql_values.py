@@ -22,7 +22,9 @@ from tramita.base.text import fold as fold_text
 MAX_DISTINCT = 150  # a column with more distinct values is free text or ids: not linked
 MAX_VALUE_CHARS = 60
 MIN_VALUE_CHARS = 3
-MAX_MEAN_CHARS = 18
+# names of things run to three or four words ("Fechamento Contábil Automatizado"); titles, comments and
+# descriptions run past thirty characters on average
+MAX_MEAN_CHARS = 24
 MAX_HITS = 8
 CACHE_SECONDS = 300.0
 Query = Callable[[str], list[dict[str, Any]]]
