@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from tools.doc_store import DocStore
 from tramita.base.paths import SAMPLE_DIR
+from tramita.base.text import HEADING_SEPARATOR
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def chunk_doc(path: Path) -> list[Document]:
             if not piece.strip():
                 continue
             index = len(chunks)
-            text = f"{meta.title} — {heading}\n\n{piece.strip()}"
+            text = f"{meta.title}{HEADING_SEPARATOR}{heading}\n\n{piece.strip()}"
             metadata: dict[str, Any] = {**base, "section": heading, "chunk_index": index}
             chunks.append(
                 Document(

@@ -295,16 +295,17 @@ def _read_as(layer: SemanticLayer, base: str, question: str, words: list[str], m
                                    and m.name.split(".", 1)[0] == base and m.name not in filtered))
         looked = None if shown else _role_looked_up(layer, base, mentions, used_roles)
         if looked is not None:  # "quem lidera o projeto X?": the role's person, beside the record's label
-            shown, role_words = looked
+            role_label, role_words = looked
             # "approved" in "who approved" names the role, not the record's state
             # (the state is shown instead: "who approved X?" of a rejected X names who rejected it)
-            inside = {i for i, at in enumerate(said_at) if any(r.start <= at[0] and at[1] <= r.end for r in role_words)}
+            inside = {i for i, (start, end) in enumerate(said_at)
+                      if any(r.start <= start and end <= r.end for r in role_words)}
             kept = [m for m in kept if m.kind != "value" or (m.start, m.end) not in {said_at[i] for i in inside}]
             states = [filters[i][0] for i in sorted(inside) if filters[i][0].split(".", 1)[0] == base]
             filters = [f for i, f in enumerate(filters) if i not in inside]
             filtered = {name for name, _, _ in filters}
             label = layer.label_of(base)
-            shown = [*shown, *([f"{base}.{label}"] if label and f"{base}.{label}" not in filtered else []), *states]
+            shown = [role_label, *([f"{base}.{label}"] if label and f"{base}.{label}" not in filtered else []), *states]
             kept += [*role_words, *(m for m in mentions if m.kind == "person")]
         if not shown or not _names_a_record(base, ent, filters):
             return None
@@ -364,7 +365,7 @@ def _measure(base: str, ent: Any, asks: list[Mention], mentions: list[Mention]) 
 
 
 def _role_looked_up(layer: SemanticLayer, base: str, mentions: list[Mention], used_roles: set[str]
-                    ) -> tuple[list[str], list[Mention]] | None:
+                    ) -> tuple[str, list[Mention]] | None:
     """The label of the one role of `base` a who-question names and no filter goes through ("quem
     lidera o projeto X?": `lead.full_name`), with the mentions that say it; None when it names no
     such role, several, one of the base's own entity ("o gestor da X" and "os liderados da X" name
@@ -385,7 +386,7 @@ def _role_looked_up(layer: SemanticLayer, base: str, mentions: list[Mention], us
     label = layer.label_of(target)
     if target == base or label is None:
         return None
-    return [f"{role}.{label}"], said
+    return f"{role}.{label}", said
 
 
 def _names_a_record(base: str, ent: Any, filters: list[tuple[str, str, Any]]) -> bool:

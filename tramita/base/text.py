@@ -239,8 +239,10 @@ _FIELD_SEPARATOR = re.compile(r"\s+[·|•]\s+|\n")
 _FIELD = re.compile(r"^\s*(?:[-*]\s+)?([^\W\d_][^\n:]{0,40}?)\s*:\s*(\S.*)$")
 
 
-# a passage's opening line: "Title — Section", then a blank line (how stored passages start)
-_PASSAGE_HEADING = re.compile(r"^[^\n]* — [^\n]*\n[ \t]*\n", re.MULTILINE)
+# between a stored passage's title and section on its opening line ("Title — Section", then a
+# blank line): the document loader writes it, `labelled_fields` reads past it
+HEADING_SEPARATOR = " — "
+_PASSAGE_HEADING = re.compile(rf"^[^\n]*{HEADING_SEPARATOR}[^\n]*\n[ \t]*\n", re.MULTILINE)
 
 
 def labelled_fields(text: str) -> list[tuple[str, str]]:
