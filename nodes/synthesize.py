@@ -176,6 +176,17 @@ def _in_results(value: str, sources: dict[str, str]) -> bool:
     return bool(value) and any(_writes(fold(body), value) for body in sources.values())
 
 
+def _unlabelled(line: str) -> str:
+    """The line without its sentences that carry a context label: the model sometimes ends a real
+    sentence with a copied label ("… não tem plantão. [graph] no matching records."), and dropping
+    the whole line would drop the answer with it. A line of only labels comes back empty.
+    """
+    if not _LABEL_LINE.search(line):
+        return line
+    kept = [s.strip() for s in _SENTENCE.findall(line) if s.strip() and not _LABEL_LINE.search(s)]
+    return " ".join(kept) if any(re.search(r"[^\W\d_]{2,}", s) for s in kept) else ""
+
+
 def clean_answer(answer: str, block: str) -> str:
     """The model's answer without what a user must never see, and citing only what it used.
 
@@ -191,7 +202,7 @@ def clean_answer(answer: str, block: str) -> str:
     """
     # the line on what a result's rows are ("(The on-call schedule of one employee)") is a label too
     abouts = {ln.strip() for ln in block.splitlines() if ln.strip().startswith("(") and ln.strip().endswith(")")}
-    lines = [ln for ln in answer.splitlines() if not _LABEL_LINE.search(ln) and ln.strip() not in abouts]
+    lines = [kept for ln in answer.splitlines() if ln.strip() not in abouts and (kept := _unlabelled(ln))]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
     # prose that says nothing the context holds ("Here is the answer:") only introduced the table
     says = _content("\n".join(kept)) & _content(block)
@@ -286,7 +297,12 @@ def without_preamble(answer: str, question: str, block: str) -> str:
     Why: the 1.5B model sometimes opens with both; the user asked the question and wants the answer.
     """
     asked = _bare(question)
-    lines = [ln for ln in answer.splitlines() if not (ln.strip() and _bare(ln) == asked)]
+    # a question of the user's copied back as a sentence of the answer ("… não tem plantão. E
+    # quantos tickets estão ativos?") answers nothing
+    parts = {_bare(s) for s in _SENTENCE.findall(question) if s.strip().endswith("?")}
+    lines = [" ".join(s.strip() for s in _SENTENCE.findall(ln) if not (s.strip().endswith("?") and _bare(s) in parts))
+             if "?" in ln else ln
+             for ln in answer.splitlines() if not (ln.strip() and _bare(ln) == asked)]
     body = [i for i, ln in enumerate(lines) if ln.strip()]
     if len(body) >= 2:
         opening = lines[body[0]].strip()

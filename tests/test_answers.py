@@ -217,6 +217,25 @@ def test_a_copied_result_label_line_is_removed() -> None:
     assert "no matching records" not in clean_answer("[graph] no matching records.\nNothing found.", block)
 
 
+def test_a_label_copied_after_a_sentence_takes_only_itself_away() -> None:
+    """Written for this test: the model ends a real sentence with the context's empty-result label
+    on the same line; the sentence stays and the label goes, where the whole line used to go."""
+    block = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
+    cleaned = clean_answer("The billing-worker has no on-call rota. [graph] no matching records.", block)
+    assert cleaned == "The billing-worker has no on-call rota."
+    assert clean_answer("[graph] no matching records. [SQL] 1 result:", block) == ""
+
+
+def test_a_question_copied_back_into_the_answer_goes() -> None:
+    """Written for this test: one of the user's two questions restated inside the answer's line."""
+    question = "O billing-worker tem plantão? E quantos chamados dele estão abertos?"
+    out = without_preamble("O billing-worker não tem plantão. E quantos chamados dele estão abertos?", question, "")
+    assert out == "O billing-worker não tem plantão."
+    # a question the user did not ask stays: it is the answer's own
+    kept = without_preamble("Nenhum plantão. Quer que eu procure outro serviço?", question, "")
+    assert kept == "Nenhum plantão. Quer que eu procure outro serviço?"
+
+
 DEPS = {"backend": "graph", "rows": [{"service": s, "hops": h} for s, h in
                                       [("api-gateway", 1), ("auth-service", 2), ("event-bus", 2), ("redis-cache", 3)]]}
 

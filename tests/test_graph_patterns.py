@@ -620,6 +620,30 @@ def test_choice_abstains_off_topic(engine_and_gazetteer: tuple[PatternEngine, An
     assert engine.rank(question, gazetteer).decision == "none"
 
 
+def test_a_best_match_just_below_the_floor_goes_to_the_constrained_choice(
+        engine_and_gazetteer: tuple[PatternEngine, Any, Any]) -> None:
+    """Written for this test: the floor moved around one question's real best score. The question
+    names a team by one word of its name; less than the margin above that score, the LLM's choice
+    (which may say "none") decides; further above, no pattern, as before. A question that names no
+    slot's kind stays below the floor."""
+    engine, gazetteer, _ = engine_and_gazetteer
+    question = "Which systems did the Platform primary watch in the second week of June?"
+    best = engine.rank(question, gazetteer).candidates[0]
+    margin = engine.patterns.matching.margin
+
+    def ranked_under(floor: float) -> Any:
+        moved = engine.patterns.model_copy(update={"matching": engine.patterns.matching.model_copy(update={"floor": floor})})
+        other = PatternEngine(moved, embeddings=engine.embeddings())
+        return other.rank(question, gazetteer)
+
+    near = ranked_under(best.score + margin / 2)
+    assert near.decision == "close" and near.best == best.name
+    assert ranked_under(best.score + margin * 1.5).decision == "none"
+    question = OFF_TOPIC[-1]
+    best = engine.rank(question, gazetteer).candidates[0]
+    assert ranked_under(best.score + margin / 2).decision == "none"
+
+
 def test_a_clear_match_with_every_parameter_makes_no_llm_call(engine_and_gazetteer: tuple[PatternEngine, Any, Any],
                                                                lbug_tool: GraphTool) -> None:
     engine, _, sql = engine_and_gazetteer

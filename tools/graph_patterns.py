@@ -9,7 +9,8 @@ and read-only Cypher for both dialects, and this module answers a question in th
 1. choose (`PatternEngine.choose`): e5 similarity of the question against every pattern's
    description and examples (best vector per pattern, `tools.registry_index.ToolIndex`) under the
    tool registry's margin rule (`decide`). A clear winner costs no LLM call; close candidates go
-   to ONE constrained LLM choice among their names (or "none"); below the floor there is no pattern.
+   to ONE constrained LLM choice among their names (or "none"), and so does a best match less
+   than the margin below the floor; further below there is no pattern.
 2. fill (`PatternEngine.fill`): typed, model-free extraction, as transactions do it: ids by
    regex, enum options and their synonyms as words, entity names through a gazetteer (the
    reference kinds of `policies/references.yaml`, or a node label of the graph), numbers next to
@@ -962,7 +963,7 @@ class PatternEngine:
         remain: "the primaries of every team" is not one team's rotation. The planner's questions
         (`given` None) keep them: whether the graph is near a question is not whether it answers it.
         """
-        from tools.registry_index import decide
+        from tools.registry_index import MatchResult, decide
 
         k = self.patterns.matching.candidates
         masked = mask_entities(question, gazetteer)
@@ -988,8 +989,26 @@ class PatternEngine:
             # the question's verb fits a declared word order: it is about that relation, in that
             # direction; patterns whose order misfits, or that declare none, go
             fits = [(name, score) for name, score in fits if order[name] is True]
-        return decide(fits, lambda _name: True, floor=self.patterns.matching.floor,
-                      margin=self.patterns.matching.margin, k=k)
+        m = self.patterns.matching
+        result = decide(fits, lambda _name: True, floor=m.floor, margin=m.margin, k=k)
+        top = result.candidates[0] if result.candidates else None
+        if (result.decision == "none" and top is not None and top.score >= m.floor - m.margin
+                and self._partly_names_a_slot(self.patterns.pattern(top.name), question, gazetteer or {}, mentions)):
+            # a name said by one word of it ("the Platform primary" of "Platform Engineering") is
+            # not masked, and leaves the question that much further from the examples: less than
+            # the margin below the floor, with such a word for the best pattern's slot, the
+            # constrained choice (which may answer "none") decides, as for a close pair
+            return MatchResult(result.candidates, "close", top.name)
+        return result
+
+    @staticmethod
+    def _partly_names_a_slot(pattern: GraphPattern, question: str, gazetteer: Gazetteer,
+                             mentions: list[Mention]) -> bool:
+        """Whether the question names a kind of thing one of the pattern's slots takes only by a
+        word of a longer name, and names no value of that kind in full."""
+        named = {m.source for m in mentions}
+        partly = _partly_named(question, gazetteer, named)
+        return any(p.source in partly for p in pattern.parameters if isinstance(p, (EntityParam, IdParam)))
 
     def choose(self, question: str, *, usage: Usage, backend: str | None, gazetteer: Gazetteer | None = None,
                given: str = "") -> Choice:
