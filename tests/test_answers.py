@@ -586,3 +586,19 @@ def test_long_passages_never_push_a_result_table_out_of_the_block() -> None:
     assert "[doc-pol-expense]" in block  # the passage stays, cut to the room left
     short = render_contexts([DOC, SQL_TOTAL], "en", {"amount_usd": "USD"})
     assert "refeições até 80 USD por pedido" in short and "Carolina Mendes" in short
+
+
+def test_a_passage_table_reaches_the_model_row_by_row() -> None:
+    """Written for this test: a two-column-value table; each row comes out as one line with every
+    cell behind its header, so no value can be read under the wrong column; prose is unchanged."""
+    from tramita.base.text import tables_as_lines
+
+    text = ("Prazos\n\n| Tipo | Primeira resposta | Solução |\n|---|:--:|---|\n| P1 | 20 min | 6 h |\n"
+            "| P2 | 1 h | |\nDepois disso, escale.")
+    out = tables_as_lines(text)
+    assert "- Tipo: P1; Primeira resposta: 20 min; Solução: 6 h" in out
+    assert "- Tipo: P2; Primeira resposta: 1 h" in out  # an empty cell is left out, not shown blank
+    assert out.startswith("Prazos\n\n") and out.endswith("Depois disso, escale.")
+    assert "|" not in out and "Solução: 20 min" not in out
+    # a line with pipes but no rule under it is no table
+    assert tables_as_lines("a | b | c\n| x | y |") == "a | b | c\n| x | y |"

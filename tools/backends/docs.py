@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from tools.backends.base import BackendCall, Finding, question_parts
 from tools.services import Services
+from tramita.base.text import tables_as_lines
 
 if TYPE_CHECKING:
     from tools.doc_store import DocStore
@@ -78,8 +79,10 @@ class DocsBackend:
         return [Finding(self.name, text=text, documents=documents)] if text.strip() else []
 
     def render(self, context: dict[str, Any]) -> str:
-        """Each passage within PASSAGE_GAP of its search's best, after its document id (the citation)."""
-        return "\n\n".join(f"[{it['source']}] {it['text']}" for it in shown_items(context.get("items", [])))
+        """Each passage within PASSAGE_GAP of its search's best, after its document id (the
+        citation), its tables written row by row (`tables_as_lines`).
+        """
+        return "\n\n".join(f"[{it['source']}] {tables_as_lines(it['text'])}" for it in shown_items(context.get("items", [])))
 
     def vocabulary(self, services: Services) -> list[str]:
         """What the stored documents are about, in their own words: each title, and each

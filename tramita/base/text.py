@@ -274,3 +274,37 @@ def fields_asked(text: str, asked: str) -> list[str]:
         if needed and all(w in said for w in needed):
             out.append(value)
     return out
+
+
+_TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?\s*$")
+
+
+def _cells(line: str) -> list[str]:
+    m = _TABLE_ROW.match(line)
+    return [c.strip() for c in m.group(1).split("|")] if m else []
+
+
+def tables_as_lines(text: str) -> str:
+    """The text with each markdown table's data rows written as one line each, every cell behind
+    its column's header ("- Severity: SEV2; Acknowledge within: 30 minutes; Resolve within: 8
+    hours"); other text unchanged.
+
+    Why: a small model reading a grid takes a cell from the wrong column (the resolve time given
+    as the acknowledge time); with the header beside each value there is no column to count.
+    """
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        header = _cells(lines[i])
+        if len(header) >= 2 and i + 1 < len(lines) and _TABLE_RULE.match(lines[i + 1]):
+            i += 2
+            while i < len(lines) and (row := _cells(lines[i])):
+                pairs = [f"{h}: {c}" if h else c for h, c in zip(header, row, strict=False) if c]
+                out.append(f"- {'; '.join(pairs)}")
+                i += 1
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
