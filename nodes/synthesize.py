@@ -202,7 +202,7 @@ def clean_answer(answer: str, block: str) -> str:
     """
     # the line on what a result's rows are ("(The on-call schedule of one employee)") is a label too
     abouts = {ln.strip() for ln in block.splitlines() if ln.strip().startswith("(") and ln.strip().endswith(")")}
-    lines = [kept for ln in answer.splitlines() if ln.strip() not in abouts and (kept := _unlabelled(ln))]
+    lines = [rest for ln in answer.splitlines() if ln.strip() not in abouts and (rest := _unlabelled(ln))]
     kept = [ln for ln in lines if not _TABLE_LINE.search(ln)]
     # prose that says nothing the context holds ("Here is the answer:") only introduced the table
     says = _content("\n".join(kept)) & _content(block)

@@ -1005,7 +1005,8 @@ class PatternEngine:
     def _partly_names_a_slot(pattern: GraphPattern, question: str, gazetteer: Gazetteer,
                              mentions: list[Mention]) -> bool:
         """Whether the question names a kind of thing one of the pattern's slots takes only by a
-        word of a longer name, and names no value of that kind in full."""
+        word of a longer name, and names no value of that kind in full.
+        """
         named = {m.source for m in mentions}
         partly = _partly_named(question, gazetteer, named)
         return any(p.source in partly for p in pattern.parameters if isinstance(p, (EntityParam, IdParam)))
