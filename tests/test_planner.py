@@ -627,3 +627,17 @@ def test_the_planner_file_rejects_a_prototype_in_both_classes_and_an_unknown_bac
                    encoding="utf-8")
     with pytest.raises(PolicyError, match=r"planner\.yaml: field rule_questions.*near \(0\.03\) must be below margin"):
         load_model(bad, ph.PlannerFile)
+
+
+def test_a_question_that_ranks_records_reaches_the_database(novaops_services: Any) -> None:
+    """Written for this test, real e5: the postmortems' words (commander, incident, how long)
+    bring the documents level with the database; which incident was the longest is the rows'
+    answer, so the database is in the plan whatever the scores say. A rule question with a
+    superlative that names a limit stays without it."""
+    from nodes.plan import decide
+
+    routed = ph.route("Quem comandou o incidente mais longo de 2026?", novaops_services)
+    assert "sql" in routed.required, routed.trace()
+    assert "sql" in decide(routed, None)[0]
+    bound = ph.route("Qual é o valor máximo por refeição numa viagem?", novaops_services)
+    assert "sql" not in bound.required, bound.trace()

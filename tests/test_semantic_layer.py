@@ -2358,3 +2358,17 @@ def test_a_filter_that_is_its_entitys_word_shows_no_column(layer: SemanticLayer)
     settled, notes = layer.settle(layer.parse(filled), "How many claims from Lisbon-based staff were approved?")
     assert settled.dimensions == [] and ("employees.role", "=", "staff") not in settled.filters, notes
 
+
+
+def test_a_question_that_ranks_records_is_told_from_one_that_bounds_or_compares(novaops: Path) -> None:
+    """Written for this test: a superlative next to a record's word ranks records; one followed by
+    a comparative or a number compares, one that also names a limit bounds, and a superlative far
+    from any record's word ranks nothing the model holds."""
+    layer = layer_for(MODEL, SQLTool(f"sqlite:///{novaops}"))
+    for ranks in ("Qual foi a despesa mais cara de março?", "Quem pediu o maior orçamento do semestre?",
+                  "Which team has the largest budget this year?", "Qual chamado ficou mais tempo aberto?"):
+        assert layer.ranks_records(ranks), ranks
+    for other in ("Quem tem mais de 3 despesas rejeitadas?", "Há mais despesas do que no ano passado?",
+                  "Qual é o valor máximo por despesa de hospedagem?", "What is the maximum amount per expense?",
+                  "Qual é a política de despesas?", "Posso pedir mais prazo para a entrega?"):
+        assert not layer.ranks_records(other), other

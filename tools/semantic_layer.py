@@ -170,6 +170,9 @@ class QueryCues(BaseModel):
     measure_prepositions: dict[str, list[str]] = Field(
         default_factory=dict, description="words between such a superlative and the records' word that make it an "
                                           "amount (on, em)")
+    bound_superlatives: dict[str, list[str]] = Field(
+        default_factory=dict, description="superlatives that name a bound as often as a rank (maximum, máximo): "
+                                          "next to a record's word they do not make a ranking question")
 
 
 def grain_words(path: Path = QUERY_CUES_FILE) -> dict[str, list[str]]:
@@ -217,6 +220,7 @@ class FoldedCues:
     measure_prepositions: frozenset[str] = frozenset()  # "on", "em": between them, an amount
     lists: frozenset[str] = frozenset()  # "which", "quais": a question that asks for rows
     relatives: frozenset[str] = frozenset()  # "que", "which": a clause about the word before follows
+    bounds: frozenset[str] = frozenset()  # "maximum", "maximo": a superlative that also names a limit
 
 
 @lru_cache(maxsize=4)
@@ -247,7 +251,7 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws),
                       words(f.count_superlatives), words(f.measure_prepositions), words(f.list_cues),
-                      words(f.relative_words))
+                      words(f.relative_words), words(f.bound_superlatives))
 
 
 class SemanticQueryError(ValueError):
@@ -3206,6 +3210,30 @@ class SemanticLayer:
         """Whether `measure` aggregates dimension `column` (both `entity.member`)."""
         found = self._measure(measure)
         return found is not None and f"{found[0]}.{found[2].column}" == column
+
+    def ranks_records(self, question: str) -> bool:
+        """Whether the question ranks one entity's records: a superlative word (`superlatives` of
+        `policies/query_cues.yaml`) with at most one word between it and a word of an entity
+        ("o incidente mais longo", "the longest incident", "a maior despesa"), not followed within
+        three words by a comparative ("mais despesas do que") or right by a number ("mais de 3"), and not one that also names a
+        limit ("o valor máximo por despesa": `bound_superlatives`). Why: which record is first by a
+        measure is the records' own answer, whatever a passage about that kind of record says; a
+        question of that shape was planned to the postmortems, whose words it shares.
+        """
+        cues = folded_cues()
+        tokens = re.findall(r"\w+", fold(question))
+        starts = {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
+                  for i in _word_at(tokens, w.replace("_", " "))}
+        for i, tok in enumerate(tokens):
+            if tok not in cues.superlatives or tok in cues.bounds:
+                continue
+            after = tokens[i + 1:i + 4]
+            if set(after) & cues.comparative or (
+                    after[:1] and after[0] in cues.number_prepositions and len(after) > 1 and after[1].isdigit()):
+                continue  # "mais despesas do que …", "more tickets than …", "mais de 3 …" compare
+            if any(abs(i - j) <= 2 and j != i for j in starts):
+                return True
+        return False
 
     def compares_rows(self, question: str, asked: set[str]) -> bool:
         """Whether the question compares rows of one entity it names (`_bounded_entity`) with a

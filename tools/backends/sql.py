@@ -118,6 +118,18 @@ class SQLBackend:
         layer = layer_for(services.settings.semantic_model_file(), tool)
         return not layer.names_anything(text, [(h.table, h.column, h.value) for h in _values(tool).match(text)])
 
+    def required_by(self, services: Services, text: str) -> bool:
+        """Whether the question ranks records the semantic model holds (`SemanticLayer.ranks_records`:
+        "who commanded the longest incident"): only the rows answer which one is first.
+        """
+        from tools.semantic_layer import layer_for
+
+        try:
+            layer = layer_for(services.settings.semantic_model_file(), services.sql_tool)
+        except Exception:  # noqa: BLE001 - no model: nothing to require
+            return False
+        return layer.ranks_records(text)
+
     def compares_with_documents(self, services: Services, text: str) -> bool:
         """Whether the question compares rows the database holds, named by their stored values, with
         a figure (`SemanticLayer.compares_rows`): when it also names a kind of document, "which
