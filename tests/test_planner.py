@@ -641,3 +641,16 @@ def test_a_question_that_ranks_records_reaches_the_database(novaops_services: An
     assert "sql" in decide(routed, None)[0]
     bound = ph.route("Qual é o valor máximo por refeição numa viagem?", novaops_services)
     assert "sql" not in bound.required, bound.trace()
+
+
+def test_a_part_that_counts_records_reaches_the_database(novaops_services: Any) -> None:
+    """Written for this test, real e5: both parts are closer to the expense policy's words, and
+    the second counts expenses; the database is in the plan. A count the graph answers itself
+    (people under someone at any level) does not add it."""
+    from nodes.plan import decide
+
+    routed = ph.route("Qual o limite por pedido para hardware, e quantas despesas de hardware passaram dele "
+                      "em 2026?", novaops_services)
+    assert "sql" in routed.required and decide(routed, None)[0] == ["docs", "sql"], routed.trace()
+    graph = ph.route("Quantas pessoas estão abaixo da CFO, em qualquer nível?", novaops_services)
+    assert "sql" not in graph.required and decide(graph, None)[0] == ["graph"], graph.trace()

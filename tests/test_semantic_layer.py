@@ -2360,10 +2360,11 @@ def test_a_filter_that_is_its_entitys_word_shows_no_column(layer: SemanticLayer)
 
 
 
-def test_a_question_that_ranks_records_is_told_from_one_that_bounds_or_compares(novaops: Path) -> None:
+def test_a_question_that_ranks_or_counts_records_is_told_from_one_that_bounds_or_compares(novaops: Path) -> None:
     """Written for this test: a superlative next to a record's word ranks records; one followed by
     a comparative or a number compares, one that also names a limit bounds, and a superlative far
-    from any record's word ranks nothing the model holds."""
+    from any record's word ranks nothing the model holds. A count cue right before a record's word
+    counts records; before another noun, or with no count cue, it does not."""
     layer = layer_for(MODEL, SQLTool(f"sqlite:///{novaops}"))
     for ranks in ("Qual foi a despesa mais cara de março?", "Quem pediu o maior orçamento do semestre?",
                   "Which team has the largest budget this year?", "Qual chamado ficou mais tempo aberto?"):
@@ -2372,3 +2373,9 @@ def test_a_question_that_ranks_records_is_told_from_one_that_bounds_or_compares(
                   "Qual é o valor máximo por despesa de hospedagem?", "What is the maximum amount per expense?",
                   "Qual é a política de despesas?", "Posso pedir mais prazo para a entrega?"):
         assert not layer.ranks_records(other), other
+    for counts in ("Quantas despesas de hardware passaram do limite?", "How many open tickets are there?",
+                   "Qual o número de incidentes em março?"):
+        assert layer.counts_records(counts), counts
+    for other in ("Quantos dias tenho para enviar o recibo?", "How many hours a week can I work from abroad?",
+                  "Quais despesas passaram do limite?"):
+        assert not layer.counts_records(other), other

@@ -3235,6 +3235,20 @@ class SemanticLayer:
                 return True
         return False
 
+    def counts_records(self, question: str) -> bool:
+        """Whether the question counts one entity's records: a count cue (`aggregation_cues`)
+        right before a word of an entity, one word between at most ("quantas despesas de
+        hardware", "how many open tickets"). Why: a count of records is the records' own answer; a
+        part that counts the records a passage's figure bounds ("… e quantas despesas passaram
+        dele?") was planned to the documents, whose words it shares.
+        """
+        tokens = re.findall(r"\w+", fold(question))
+        entity_at = {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
+                     for i in _word_at(tokens, w.replace("_", " "))}
+        count_at = {i + len(c.split()) for c in folded_cues().aggregations.get("count", ())
+                    for i in _word_at(tokens, c)}
+        return any(j in entity_at or j + 1 in entity_at for j in count_at)
+
     def compares_rows(self, question: str, asked: set[str]) -> bool:
         """Whether the question compares rows of one entity it names (`_bounded_entity`) with a
         figure: a side word (`_side`). Why: "quais despesas de transporte passaram do limite da

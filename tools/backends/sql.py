@@ -130,6 +130,19 @@ class SQLBackend:
             return False
         return layer.ranks_records(text)
 
+    def counts_records(self, services: Services, text: str) -> bool:
+        """Whether the question counts records the semantic model holds (`SemanticLayer.counts_records`:
+        "how many hardware expenses passed it"); the planner requires the database for it unless
+        another backend answers that count itself.
+        """
+        from tools.semantic_layer import layer_for
+
+        try:
+            layer = layer_for(services.settings.semantic_model_file(), services.sql_tool)
+        except Exception:  # noqa: BLE001 - no model: nothing to require
+            return False
+        return layer.counts_records(text)
+
     def compares_with_documents(self, services: Services, text: str) -> bool:
         """Whether the question compares rows the database holds, named by their stored values, with
         a figure (`SemanticLayer.compares_rows`): when it also names a kind of document, "which

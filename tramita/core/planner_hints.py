@@ -739,6 +739,11 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     kinds |= {f"'{w}'" for w in reasons}
     docs = ["docs"] if kinds and "docs" in names else []
     named = [n for n in required(question, services) if n in names and n not in docs]
+    # a count of records is the records' answer, unless another backend counts it itself (the
+    # graph: "how many people are under X, at any level")
+    counters = counting(question, services)
+    named += [n for n in _saying("counts_records", services, question)
+              if n in names and n not in [*docs, *named] and not [c for c in counters if c != n]]
     named += [n for n in (compared(question, services) if docs else []) if n in names and n not in [*docs, *named]]
     needed = [*docs, *named]
     whole, pieces = matches[0], matches[1:]
