@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from tools.doc_store import DocStore
 from tramita.base.paths import SAMPLE_DIR
-from tramita.base.text import HEADING_SEPARATOR
+from tramita.base.text import HEADING_SEPARATOR, continued_table, last_table_header
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +137,14 @@ def chunk_doc(path: Path) -> list[Document]:
     chunks: list[Document] = []
     for section in sections:
         heading = _section_of(section.metadata, meta.title)
-        for piece in splitter.split_text(section.page_content):
-            if not piece.strip():
+        header: str | None = None  # of the table the section's previous pieces opened
+        for raw in splitter.split_text(section.page_content):
+            if not raw.strip():
                 continue
+            # a piece cut from inside a table gets the table's header: its rows alone do not say
+            # what their columns are, to the search or to the model
+            piece = continued_table(raw, header)
+            header = last_table_header(raw) or header
             index = len(chunks)
             text = f"{meta.title}{HEADING_SEPARATOR}{heading}\n\n{piece.strip()}"
             metadata: dict[str, Any] = {**base, "section": heading, "chunk_index": index}

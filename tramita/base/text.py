@@ -308,3 +308,22 @@ def tables_as_lines(text: str) -> str:
         out.append(lines[i])
         i += 1
     return "\n".join(out)
+
+
+def last_table_header(text: str) -> str | None:
+    """The header line and rule line of the last markdown table that starts in `text`, or None."""
+    lines = text.split("\n")
+    found = None
+    for i in range(len(lines) - 1):
+        if len(_cells(lines[i])) >= 2 and _TABLE_RULE.match(lines[i + 1]):
+            found = f"{lines[i]}\n{lines[i + 1]}"
+    return found
+
+
+def continued_table(piece: str, header: str | None) -> str:
+    """`piece` with the table `header` (header and rule lines) before it when it opens inside a
+    table: a chunk cut from the middle of a table keeps what its columns are.
+    """
+    lines = piece.lstrip("\n").split("\n")
+    opens_in_table = bool(_cells(lines[0])) and not (len(lines) > 1 and _TABLE_RULE.match(lines[1]))
+    return f"{header}\n{piece.lstrip()}" if header and opens_in_table else piece
