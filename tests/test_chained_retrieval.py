@@ -310,6 +310,29 @@ def test_a_part_that_points_back_is_bounded_by_what_the_rest_of_the_question_nam
     assert "search-service" not in str(found.get("query")) and "reporting-portal" in str(found.get("query"))
 
 
+def test_a_figure_for_each_of_an_earlier_set_is_one_row_per_member(tool: SQLTool, novaops: Path) -> None:
+    """Written for this test: a count over a set an earlier source found, asked for each member,
+    is grouped by the set's column; asked with no breakdown word, or "by those services", it stays
+    one figure."""
+    from tools.semantic_layer import layer_for
+
+    layer = layer_for(MODEL, tool)
+    services = ("billing-engine", "ledger-service", "user-profile")
+    bound = [("services", "service_id", services)]
+    asked = layer.parse({"expressible": True, "measures": ["tickets.count"], "segments": ["tickets.active"]})
+    settled, notes = layer.bind(asked, bound, "and how many active tickets does each have?")
+    assert any("for each of the set" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT service_id, COUNT(*) FROM tickets WHERE status IN ('open', 'in_progress') AND "
+                          f"service_id IN {services!r} GROUP BY service_id")
+    ours = [tuple(r.values()) for r in tool.query(layer.compile(settled).sql)]
+    assert sorted(ours) == sorted(gold) and len(gold) > 1
+    pt, _ = layer.bind(asked, bound, "e quantos chamados ativos cada um tem?")
+    assert pt.dimensions == settled.dimensions
+    for one in ("and how many active tickets do they have in all?", "how many active tickets were opened by those services?"):
+        total, _ = layer.bind(asked, bound, one)
+        assert not total.dimensions, one
+
+
 def test_a_query_that_bounds_the_entity_itself_is_left_alone(tool: SQLTool) -> None:
     from tools.semantic_layer import layer_for
 

@@ -2903,14 +2903,17 @@ class SemanticLayer:
                 said = [f"{role}.{member}" for ename, ent in self.spec.entities.items()
                         for role, join in ent.joins.items()
                         if join.entity == entity and any(_has(text, w) for w in join.synonyms)]
+                per_member = _per_member(q, text, len(values))
                 for name in dict.fromkeys([*said, dim]):
-                    out = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments),
-                                      [*q.filters, (name, "in", list(values))], list(q.order), q.limit)
+                    out = QueryObject(q.expressible, list(q.measures), [*q.dimensions, *([name] if per_member else [])],
+                                      list(q.segments), [*q.filters, (name, "in", list(values))], list(q.order),
+                                      q.limit)
                     try:
                         self.plan(out)  # the query's entity must reach the set's
                     except SemanticQueryError:
                         continue
-                    return out, [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
+                    notes = [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
+                    return out, notes + ([f"dimension {name} (a figure for each of the set)"] if per_member else [])
         return q, []
 
     def names_by_state(self, state: str, noun: str) -> bool:
@@ -3376,6 +3379,21 @@ def _join_note(join: Join) -> str:
 
 def _mentions(text: str, ent: Entity, name: str) -> bool:
     return any(_has(text, w) for w in [name, *ent.synonyms])
+
+
+def _per_member(q: QueryObject, text: str, size: int) -> bool:
+    """Whether an aggregate over an earlier source's set is asked for each of its members: the
+    query has measures and no dimension, the set has several members, and the question says a
+    breakdown word (`breakdown_cues`: "each", "cada", "per") not followed by a pointing word
+    ("by those people" names the set, one figure). Why: "which services depend on X, and how many
+    open tickets does each have?" was one total, read out as every service's figure.
+    """
+    if not q.measures or q.dimensions or size < 2:
+        return False
+    cues = folded_cues()
+    tokens = text.split()
+    return any(tok in cues.breakdown and (i + 1 >= len(tokens) or tokens[i + 1] not in cues.references)
+               for i, tok in enumerate(tokens))
 
 
 def _one_bucket(period: str, grain: str) -> bool:
