@@ -122,26 +122,16 @@ class SQLBackend:
         """Whether the question ranks records the semantic model holds (`SemanticLayer.ranks_records`:
         "who commanded the longest incident"): only the rows answer which one is first.
         """
-        from tools.semantic_layer import layer_for
-
-        try:
-            layer = layer_for(services.settings.semantic_model_file(), services.sql_tool)
-        except Exception:  # noqa: BLE001 - no model: nothing to require
-            return False
-        return layer.ranks_records(text)
+        layer = _layer(services)
+        return layer is not None and layer.ranks_records(text)
 
     def counts_records(self, services: Services, text: str) -> bool:
         """Whether the question counts records the semantic model holds (`SemanticLayer.counts_records`:
         "how many hardware expenses passed it"); the planner requires the database for it unless
         another backend answers that count itself.
         """
-        from tools.semantic_layer import layer_for
-
-        try:
-            layer = layer_for(services.settings.semantic_model_file(), services.sql_tool)
-        except Exception:  # noqa: BLE001 - no model: nothing to require
-            return False
-        return layer.counts_records(text)
+        layer = _layer(services)
+        return layer is not None and layer.counts_records(text)
 
     def compares_with_documents(self, services: Services, text: str) -> bool:
         """Whether the question compares rows the database holds, named by their stored values, with
@@ -176,14 +166,14 @@ class SQLBackend:
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
 
-def _layer(call: BackendCall) -> SemanticLayer | None:
+def _layer(services: Services) -> SemanticLayer | None:
     """The semantic layer, or None when the model file cannot be read (what needs it is then skipped;
-    `answer_semantic` reports the file's error).
+    `answer_semantic` reports the file's error, and a planner hook requires nothing).
     """
     from tools.semantic_layer import layer_for
 
     try:
-        return layer_for(call.services.settings.semantic_model_file(), call.services.sql_tool)
+        return layer_for(services.settings.semantic_model_file(), services.sql_tool)
     except (PolicyError, OSError):
         return None
 
@@ -192,7 +182,7 @@ def _mender(call: BackendCall, question: str) -> Callable[[str], tuple[str, list
     """The semantic layer's `mend_sql` for this question; none when the model cannot be read (the
     fallback then runs the model's SQL as written).
     """
-    layer = _layer(call)
+    layer = _layer(call.services)
     return None if layer is None else (lambda sql: layer.mend_sql(sql, question))
 
 
@@ -302,7 +292,7 @@ def _named_referent(call: BackendCall, question: str) -> str:
         return question
     text = "\n".join(f.text for f in call.given if f.text)
     said = pointing_words(question)
-    layer = _layer(call) if text.strip() and said else None
+    layer = _layer(call.services) if text.strip() and said else None
     if layer is None:
         return question
     # every name the passages hold: the value index's default cap keeps the longest few, and long
