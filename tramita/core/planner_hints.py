@@ -739,11 +739,15 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     kinds |= {f"'{w}'" for w in reasons}
     docs = ["docs"] if kinds and "docs" in names else []
     named = [n for n in required(question, services) if n in names and n not in docs]
-    # a count of records is the records' answer, unless another backend counts it itself (the
-    # graph: "how many people are under X, at any level")
+    # a count of records is the records' answer when the question is nearest a source that holds
+    # none (the documents: "…, e quantas despesas de hardware passaram dele?"), unless another
+    # backend counts it itself; a record store ranked first (the graph: "quantos colaboradores
+    # ficam abaixo de X") counts its own
     counters = counting(question, services)
-    named += [n for n in _saying("counts_records", services, question)
-              if n in names and n not in [*docs, *named] and not [c for c in counters if c != n]]
+    first = matches[0].ranked[0][0] if matches[0].ranked else None
+    if first is None or not stands_in(first):
+        named += [n for n in _saying("counts_records", services, question)
+                  if n in names and n not in [*docs, *named] and not [c for c in counters if c != n]]
     named += [n for n in (compared(question, services) if docs else []) if n in names and n not in [*docs, *named]]
     needed = [*docs, *named]
     whole, pieces = matches[0], matches[1:]
