@@ -3225,8 +3225,7 @@ class SemanticLayer:
         """
         cues = folded_cues()
         tokens = re.findall(r"\w+", fold(question))
-        starts = {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
-                  for i in _word_at(tokens, w.replace("_", " "))}
+        starts = self._entity_starts(tokens)
         for i, tok in enumerate(tokens):
             if tok not in cues.superlatives or tok in cues.bounds:
                 continue
@@ -3246,11 +3245,15 @@ class SemanticLayer:
         dele?") was planned to the documents, whose words it shares.
         """
         tokens = re.findall(r"\w+", fold(question))
-        entity_at = {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
-                     for i in _word_at(tokens, w.replace("_", " "))}
+        entity_at = self._entity_starts(tokens)
         count_at = {i + len(c.split()) for c in folded_cues().aggregations.get("count", ())
                     for i in _word_at(tokens, c)}
         return any(j in entity_at or j + 1 in entity_at for j in count_at)
+
+    def _entity_starts(self, tokens: list[str]) -> set[int]:
+        """Where a word of an entity (its name or a synonym, singular or plural) starts in `tokens`."""
+        return {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
+                for i in _word_at(tokens, w.replace("_", " "))}
 
     def compares_rows(self, question: str, asked: set[str]) -> bool:
         """Whether the question compares rows of one entity it names (`_bounded_entity`) with a

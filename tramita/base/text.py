@@ -285,6 +285,11 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in m.group(1).split("|")] if m else []
 
 
+def _header_at(lines: list[str], i: int) -> bool:
+    """Whether `lines[i]` heads a markdown table: two cells or more, and a rule line under it."""
+    return len(_cells(lines[i])) >= 2 and i + 1 < len(lines) and bool(_TABLE_RULE.match(lines[i + 1]))
+
+
 def tables_as_lines(text: str) -> str:
     """The text with each markdown table's data rows written as one line each, every cell behind
     its column's header ("- Severity: SEV2; Acknowledge within: 30 minutes; Resolve within: 8
@@ -297,8 +302,8 @@ def tables_as_lines(text: str) -> str:
     out: list[str] = []
     i = 0
     while i < len(lines):
-        header = _cells(lines[i])
-        if len(header) >= 2 and i + 1 < len(lines) and _TABLE_RULE.match(lines[i + 1]):
+        if _header_at(lines, i):
+            header = _cells(lines[i])
             i += 2
             while i < len(lines) and (row := _cells(lines[i])):
                 pairs = [f"{h}: {c}" if h else c for h, c in zip(header, row, strict=False) if c]
@@ -315,7 +320,7 @@ def last_table_header(text: str) -> str | None:
     lines = text.split("\n")
     found = None
     for i in range(len(lines) - 1):
-        if len(_cells(lines[i])) >= 2 and _TABLE_RULE.match(lines[i + 1]):
+        if _header_at(lines, i):
             found = f"{lines[i]}\n{lines[i + 1]}"
     return found
 

@@ -743,11 +743,12 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     # none (the documents: "…, e quantas despesas de hardware passaram dele?"), unless another
     # backend counts it itself; a record store ranked first (the graph: "quantos colaboradores
     # ficam abaixo de X") counts its own
-    counters = counting(question, services)
     first = matches[0].ranked[0][0] if matches[0].ranked else None
-    if first is None or not stands_in(first):
-        named += [n for n in _saying("counts_records", services, question)
-                  if n in names and n not in [*docs, *named] and not [c for c in counters if c != n]]
+    counted = [n for n in _saying("counts_records", services, question) if n in names and n not in [*docs, *named]] \
+        if first is None or not stands_in(first) else []
+    if counted:  # whether another backend counts it itself costs that backend a pattern ranking: only now
+        counters = counting(question, services)
+        named += [n for n in counted if not [c for c in counters if c != n]]
     named += [n for n in (compared(question, services) if docs else []) if n in names and n not in [*docs, *named]]
     needed = [*docs, *named]
     whole, pieces = matches[0], matches[1:]
