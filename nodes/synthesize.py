@@ -103,15 +103,20 @@ def gap_sentence(failed: Iterable[str], lang: str, key: str = "source_gap") -> s
 
 def _gaps(contexts: list[dict[str, Any]], planned: set[str], lang: str) -> str:
     """The sentences for the planned sources that failed: a source whose query could only be
-    written with a record the question does not name says so (the user can name it), not that
-    the source could not be reached. A failed source another answered for (`replaced_by`, the
-    plan's standby) is no gap to the user.
+    written with a record the question does not name, or to which the question gave nothing it can
+    ask (`unasked`: no declared operation, a required value missing), says so (the user can name
+    it), not that the source could not be reached. A failed source another answered for
+    (`replaced_by`, the plan's standby) is no gap to the user.
     """
     failed = [c for c in contexts
               if c.get("error") and str(c.get("backend")) in planned and not c.get("replaced_by")]
-    unnamed = [str(c["backend"]) for c in failed if str(c["error"]).startswith(UNNAMED)]
-    down = [str(c["backend"]) for c in failed if not str(c["error"]).startswith(UNNAMED)]
-    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(unnamed, lang, "source_unnamed")) if s)
+
+    def unnamed(c: dict[str, Any]) -> bool:
+        return bool(c.get("unasked")) or str(c["error"]).startswith(UNNAMED)
+
+    down = [str(c["backend"]) for c in failed if not unnamed(c)]
+    asked_for = [str(c["backend"]) for c in failed if unnamed(c)]
+    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(asked_for, lang, "source_unnamed")) if s)
 
 
 def _units(ctx: Context) -> dict[str, str]:

@@ -182,6 +182,17 @@ def test_a_query_that_named_an_unsaid_record_is_told_as_such_not_as_an_outage() 
     assert "Só com o que a pergunta diz, não consegui consultar o grafo da empresa" in both["answer"]
 
 
+def test_a_source_the_question_gave_nothing_to_ask_is_no_outage() -> None:
+    """Written for this test: the API backend found no declared operation for its part, or a
+    required value the question does not say (`unasked`); the user hears that the question's words
+    were not enough, not that the source could not be reached."""
+    unasked = {"backend": "api", "error": "missing parameters for getServiceStatus: service_id", "unasked": True}
+    out = _run("and how is it doing now?", "en", [unasked], plan=["api"])
+    assert out["answer"].startswith("With only what the question says, I could not query") and "just now" not in out["answer"]
+    down = {"backend": "api", "error": "ConnectError: connection refused"}
+    assert "just now" in _run("and how is it doing now?", "en", [down], plan=["api"])["answer"]
+
+
 # ---------------------------------------------------------------------------- citations
 
 def test_citations_keep_only_sources_the_answer_used(model: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,23 @@ def test_the_llm_fills_only_the_pending_parameter_and_only_with_grounded_values(
     finally:
         override_model("scripted", None)
     assert ctx["error"].startswith("missing parameters") and len(app_for(api).state.requests) == 1
+
+
+def test_a_part_that_points_back_takes_the_value_from_the_whole_question(api: str, novaops_services: Services) -> None:
+    """Written for this test: the planner hands the API only its part of a two-part question ("e
+    como ele está agora?"), which names no service; the service comes from the user's whole
+    question, typed, with no LLM call. A whole question naming two services leaves it missing."""
+    usage = Usage()
+    part = "e como ele está agora?"
+    call = BackendCall(question=part, today=TODAY, profile="scripted", services=novaops_services, usage=usage,
+                       whole=f"Quantos tickets o search-service tem abertos, {part}")
+    ctx = ApiBackend().run(call)
+    assert ctx.get("error") is None and ctx["operation"] == "getServiceStatus", ctx
+    assert ctx["params"] == {"service_id": "search-service"} and usage.calls == 0
+    asked = Usage()
+    two = replace(call, usage=asked, whole=f"Quantos tickets o search-service e o auth-service têm, {part}")
+    ApiBackend().run(two)
+    assert asked.calls == 1
 
 
 def test_an_unrelated_question_calls_nothing(api: str, novaops_services: Services) -> None:

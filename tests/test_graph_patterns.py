@@ -144,8 +144,9 @@ def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_servi
     """Written for this test, real e5, gazetteer and SQLite store, scripted profile (any LLM call
     would fail the fill): a person's direct reports, a project's members with the asked detail and
     a team's services come from the pattern's database form. A question that adds a condition
-    the form does not hold (a stored value or a number beyond the parameters), or asks for an
-    aggregate, is left to the semantic fill."""
+    the form does not hold (a stored value or a number beyond the parameters), asks for an
+    aggregate other than how many of its answers, or names a column or a role the form does not
+    show, is left to the semantic fill."""
     from tools.backends.base import BackendCall
     from tools.backends.sql import SQLBackend
     from tools.graph_patterns import PatternEngine
@@ -163,6 +164,9 @@ def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_servi
                                                                 "Rafael Monteiro"]
     # whom the rows are of, spelt as the question wrote it: the rows alone do not say the manager
     assert ctx["about"].endswith("; manager: Juliana Costa"), ctx["about"]
+    # a resolved key no row holds is an empty answer: value linking moved it to the person himself
+    ctx, _ = run("De quem o Rafael Monteiro é gestor direto?")
+    assert ctx["path"] == "semantic:pattern:direct_reports" and ctx["rows"] == [] and "manager_id" in ctx["query"], ctx
     ctx, _ = run("Who is on the Zero Trust Access project, and in which role?")
     assert ctx["path"] == "semantic:pattern:project_members"
     assert {(r["employee.full_name"], r["project_members.role"]) for r in ctx["rows"]} >= {("Catarina Lobo", "lead")}
@@ -176,12 +180,39 @@ def test_the_database_answers_a_mirrored_relation_with_no_llm_call(novaops_servi
     for other in ("Quais serviços de tier 1 são do time de SRE?",  # a number: a condition
                   "Quais incidentes atingiram o auth-service, contando o impacto indireto?",  # the graph's impact
                   "Qual foi o incidente mais recente do auth-service?",  # a ranking
-                  "Quantos serviços o time de SRE tem?",  # an aggregate
+                  "Qual a média de tier dos serviços do time de SRE?",  # an aggregate other than a count
                   "Which services does the SRE team own with incidents on payments-api?"):  # another entity
         if "recente" not in other:  # the form fits; the backend declines the ranking
             assert engine.database_query(other, engine=novaops_services.engine,
                                          tool=novaops_services.graph_tool) is None, other
         assert not run(other)[0]["path"].startswith("semantic:pattern"), other
+    # "how many" of the form's own answers: its rows counted, with no LLM call; a question that also
+    # asks who they are gets the rows (the count is read off them)
+    ctx, usage = run("Quantos serviços o time de SRE tem?")
+    assert ctx["path"] == "semantic:pattern:team_services" and ctx["rows"] == [{"services.count": 4}] and usage.calls == 0
+    ctx, usage = run("How many direct reports does Juliana Costa have?")
+    assert ctx["path"] == "semantic:pattern:direct_reports" and ctx["rows"] == [{"employees.count": 4}], ctx
+    ctx, usage = run("How many direct reports does Juliana Costa have, and who are they?")
+    assert ctx["path"] == "semantic:pattern:direct_reports" and len(ctx["rows"]) == 4 and usage.calls == 0
+    # the form fits, but the question names a column or a role the form neither shows nor filters
+    # on: the fill answers it (the owning team's name is no cost center, a member is no lead)
+    layer = novaops_services_layer(novaops_services)
+    for beyond, named in (("Qual o centro de custo do time dono do secrets-vault?", "teams.cost_center"),
+                          ("Who leads the Design System Aurora project, and who else is on it?", "projects.lead")):
+        found = engine.database_query(beyond, engine=novaops_services.engine, tool=novaops_services.graph_tool)
+        assert found is not None, beyond
+        assert named in layer.names_beyond(found.query, beyond, found.surfaces), beyond
+        assert not run(beyond)[0]["path"].startswith("semantic:pattern"), beyond
+    for within in ("Quem se reporta diretamente à Juliana Costa?", "Who is on the Zero Trust Access project, and in which role?"):
+        found = engine.database_query(within, engine=novaops_services.engine, tool=novaops_services.graph_tool)
+        assert found is not None and layer.names_beyond(found.query, within, found.surfaces) == [], within
+
+
+def novaops_services_layer(services: Any) -> Any:
+    """The sample's semantic layer over the services' SQL store."""
+    from tools.semantic_layer import layer_for
+
+    return layer_for(services.settings.semantic_model_file(), services.sql_tool)
 
 
 def test_malformed_files_name_file_and_field(tmp_path: Path) -> None:
@@ -342,27 +373,29 @@ GOLD: list[tuple[str, dict[str, Any], Any]] = [
      "MATCH (e:Employee)-[:REPORTS_TO*2..2]->(m:Employee) WHERE e.employee_id = 'E058' RETURN m.name, m.role, 2"),
     ("service_dependencies", {"service": "web-frontend", "hops": 7, "criticality": ["hard", "soft"],
                               "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
-     lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 7, reverse=False, name="service_id")),
+     lambda t: closure(t, "service_id", "web-frontend", "DEPENDS_ON", 7, reverse=False, name="service_id",
+                       extra="tier")),
     ("service_dependencies", {"service": "payments-api", "hops": 4, "criticality": ["hard"],
                               "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
-     lambda t: closure(t, "service_id", "payments-api", "DEPENDS_ON", 4, reverse=False, name="service_id",
+     lambda t: closure(t, "service_id", "payments-api", "DEPENDS_ON", 4, reverse=False, name="service_id", extra="tier",
                        where="r.criticality = 'hard'")),
     ("service_dependencies", {"service": "billing-engine", "hops": 5, "criticality": ["hard", "soft"],
                               "dependency_type": ["sync"], "tier": [1, 2, 3]},
-     lambda t: closure(t, "service_id", "billing-engine", "DEPENDS_ON", 5, reverse=False, name="service_id",
+     lambda t: closure(t, "service_id", "billing-engine", "DEPENDS_ON", 5, reverse=False, name="service_id", extra="tier",
                        where="r.dependency_type = 'sync'")),
     ("service_dependents", {"service": "secrets-vault", "hops": 2, "criticality": ["hard", "soft"],
                             "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
-     lambda t: closure(t, "service_id", "secrets-vault", "DEPENDS_ON", 2, reverse=True, name="service_id")),
+     lambda t: closure(t, "service_id", "secrets-vault", "DEPENDS_ON", 2, reverse=True, name="service_id",
+                       extra="tier")),
     ("service_dependents", {"service": "postgres-main", "hops": 7, "criticality": ["soft"],
                             "dependency_type": ["sync", "async"], "tier": [1, 2, 3]},
-     lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id",
+     lambda t: closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id", extra="tier",
                        where="r.criticality = 'soft'")),
     # "tier 1 services that would be hit": the dependents, only those of tier 1
     ("service_dependents", {"service": "postgres-main", "hops": 7, "criticality": ["hard", "soft"],
                             "dependency_type": ["sync", "async"], "tier": [1]},
-     lambda t: [r for r in closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id")
-                if rows_of(t, f"MATCH (s:Service) WHERE s.service_id = '{r[0]}' RETURN s.tier")[0][0] == 1]),
+     lambda t: [r for r in closure(t, "service_id", "postgres-main", "DEPENDS_ON", 7, reverse=True, name="service_id",
+                                     extra="tier") if rows_of(t, f"MATCH (s:Service) WHERE s.service_id = '{r[0]}' RETURN s.tier")[0][0] == 1]),
     ("service_owner", {"service": "payments-api"},
      "MATCH (s:Service)<-[:OWNS_SERVICE]-(t:Team) WHERE s.service_id = 'payments-api' RETURN t.name, t.name_en, t.team_id"),
     ("service_owner", {"service": "data-warehouse"},
@@ -601,6 +634,9 @@ DIRECTIONS = [
     # a depth word between the verb and its preposition is read past
     ("service_dependents", "Which services rely directly on secrets-vault?"),
     ("service_dependents", "Quais serviços dependem diretamente do fraud-detector?"),
+    # the service that fails comes before the failing verb: what fails with it depends on it
+    ("service_dependents", "Which services would stop if secrets-vault failed, indirect dependencies included?"),
+    ("service_dependents", "Se o fraud-detector cair, o que mais para?"),
 ]
 
 
@@ -1020,13 +1056,16 @@ def test_titles_direction_bounds_and_inclusive_words(engine_and_gazetteer: tuple
 @pytest.mark.parametrize(("want", "question"), [
     ("direct_reports", "Who reports to Marina Albuquerque?"),
     ("manager_of", "A quem a Marina Albuquerque se reporta?"),
+    ("direct_reports", "De quem a Marina Albuquerque é gestora direta?"),  # she is the manager: her reports
+    ("direct_reports", "Whom does Marina Albuquerque manage?"),
     ("reports_under", "Quem está abaixo da Marina Albuquerque, direta ou indiretamente?"),
     ("management_chain", "Quem é o chefe do chefe da Letícia Amaral?"),
     ("management_chain", "Who is Letícia Amaral's skip-level manager?"),
 ])
 def test_reporting_direction_and_depth_words_leave_the_other_patterns(
         engine_and_gazetteer: tuple[PatternEngine, Any, Any], want: str, question: str) -> None:
-    """Written for this test: the verb's side of the name decides up or down; "indirectly" rules
+    """Written for this test: the verb's side of the name decides up or down ("de quem X é gestora"
+    asks for the people X manages); "indirectly" rules
     the direct reports out. The patterns of the other direction never stay among the candidates."""
     engine, gazetteer, _ = engine_and_gazetteer
     names = [c.name for c in engine.rank(question, gazetteer).candidates]

@@ -184,6 +184,24 @@ def test_a_verb_that_is_the_state_of_the_rows_it_precedes_is_a_question(as_user:
     assert "plan" in r.trace["nodes"]
 
 
+@pytest.mark.parametrize("msg", ["Lista os chamados abertos do payments-api", "Mostra os últimos 3 deploys do search-service",
+                                 "List the pending expenses of Rui Almeida"])
+def test_a_verb_that_only_reads_asks_for_data_not_for_a_write(as_user: Any, msg: str) -> None:
+    """Written for this test: "lista", "mostra", "list" name only the lookup tools, and no lookup
+    finds its id in the message, so the message asks for data. Before, the registry's scores read
+    the first as the create tool (a permitted user was asked for a title) and the second as
+    approving an expense (the permission refusal)."""
+    r = as_user("E006").turn("t", msg)
+    assert r.transaction is None and not r.trace["executed_tool"] and not r.trace["refused"], r.answer
+    assert "plan" in r.trace["nodes"]
+
+
+def test_a_reading_verb_with_a_lookups_id_is_still_the_lookup(as_user: Any) -> None:
+    """The counter-case: the same verb with a ticket's id is the lookup tool, run with no confirmation."""
+    r = as_user("E006").turn("t", "Mostra o chamado TCK-1001")
+    assert r.trace["executed_tool"] == "get_ticket_status", r.answer
+
+
 @pytest.mark.parametrize("msg", ["Open a ticket for search-api", "please open tickets for search-api",
                                  "Open ticket for search-api: the login page times out"])
 def test_the_same_verb_before_an_article_an_opener_or_a_detail_still_opens_a_ticket(as_user: Any, msg: str) -> None:

@@ -1380,19 +1380,28 @@ class PatternEngine:
         held = all(set(_as_list(filled.values.get(n))) <= set(options) for n, options in form.when.items())
         return (pattern, filled) if filled.problem is None and held else None
 
-    def database_query(self, question: str, *, engine: Engine | None, tool: GraphTool | None
+    def database_query(self, question: str, *, engine: Engine | None, tool: GraphTool | None, count: bool = True
                        ) -> MirroredQuery | None:
         """The semantic query object of a question a `mirrored` pattern answers, built from the
         pattern's database form: its returned columns as dimensions, less the details the question
-        does not ask for, each parameter's resolved key as an equality filter, the pattern's order.
-        None when no mirrored pattern fits, the question asks for an aggregate (the semantic
-        query's own fill answers those), or it names another entity or a number than the
-        parameters took: a condition the form does not hold ("the tier 1 services of X"). No LLM call.
+        does not ask for, each parameter's resolved key as an equality filter, the pattern's order;
+        for "how many" of the pattern's own answers ("how many direct reports does X have"), the
+        count of its keys' entity's rows under those filters (with `count` False, the rows: a
+        question that also asks who they are reads the count off them). None when no mirrored pattern fits,
+        the question asks for another aggregate (the semantic query's own fill answers those), or
+        it names another entity or a number than the parameters took: a condition the form does not
+        hold ("the tier 1 services of X"). No LLM call.
         """
         found = self._mirrored_fill(question, engine=engine, tool=tool)
-        if found is None or _aggregate_words(question, self.patterns.vocabulary):
+        if found is None:
             return None
         pattern, filled = found
+        vocab = self.patterns.vocabulary
+        aggregates = _aggregate_words(question, vocab)
+        counted = bool(aggregates) and set(aggregates) <= {fold(w) for w in vocab.count_words} \
+            and counts_answers(question, vocab.count_words, pattern.counts)
+        if aggregates and not counted:
+            return None
         gazetteer = self.gazetteer(engine, tool)
         mentions = find_mentions(question, gazetteer, _id_params(self.patterns))
         keys = {str(v) for v in filled.values.values()}
@@ -1405,10 +1414,14 @@ class PatternEngine:
         assert form is not None  # _mirrored_fill keeps mirrored patterns only
         shown = [c for c in drop_unasked_details([dict.fromkeys(pattern.returns())], pattern.details, question)[0]
                  if c in form.columns]
-        query = {"dimensions": [form.columns[c] for c in shown],
-                 "filters": [{"field": form.keys[p.name], "op": "in" if isinstance(v, list) else "=", "value": v}
-                             for p in pattern.parameters if p.name in form.keys for v in [filled.values[p.name]]],
-                 "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
+        filters = [{"field": form.keys[p.name], "op": "in" if isinstance(v, list) else "=", "value": v}
+                   for p in pattern.parameters if p.name in form.keys for v in [filled.values[p.name]]]
+        if counted and count:  # the rows the form lists, counted: its keys' entity ("the people whose manager is X")
+            base = next(iter(form.keys.values())).partition(".")[0]
+            query: dict[str, Any] = {"measures": [f"{base}.count"], "filters": filters}
+        else:
+            query = {"dimensions": [form.columns[c] for c in shown], "filters": filters,
+                     "order": [{"field": form.columns[c], "direction": "asc"} for c in shown if c in pattern.ordered_by()]}
         # whom the rows are of, as the question wrote it: without it the model read "the people who
         # report to one manager" over five names as the manager reporting to the first of them
         named = named_parameters(question, {p.name: filled.values[p.name] for p in pattern.parameters

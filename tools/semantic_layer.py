@@ -28,7 +28,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -3255,6 +3255,48 @@ class SemanticLayer:
         return {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
                 for i in _word_at(tokens, w.replace("_", " "))}
 
+    def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
+        """What the question names that a fixed query neither shows nor filters on: a column (by its
+        name or a synonym) or a join role of an entity the query reaches or the question names, as
+        `entity.member` / `entity.role`. `taken` are the folded words its parameters took.
+
+        Why: a mirrored pattern answers one relation; "the cost center of the team that owns X" and
+        "who leads project P, and its end date" were answered with the owning team's name and with
+        the project's members, each read out as the answer.
+        """
+        text = _spaced(question)
+        for surface in taken:
+            text = text.replace(_spaced(surface), " ")
+        fields = [*query.get("dimensions", ()), *(f["field"] for f in query.get("filters", ())),
+                  *(o["field"] for o in query.get("order", ()))]
+        covered: set[tuple[str, str]] = set()
+        roles: set[str] = set()
+        for name in fields:
+            found = self._dimension(name)
+            if found is None:
+                continue
+            prefix, entity, member, _ = found
+            covered.add((entity, member))
+            if prefix != entity:
+                roles.add(prefix)
+        entities = {e for e, _ in covered} | {e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)}
+
+        def words(ename: str, member: str) -> list[str]:
+            return [member.replace("_", " "), *self.spec.entities[ename].dimensions[member].synonyms]
+
+        # a word a shown column answers to ("role": the member's role on the project) names no
+        # other entity's column of that name
+        answered = {fold(w) for e, m in covered for w in words(e, m)}
+        out: list[str] = []
+        for ename in sorted(entities):
+            ent = self.spec.entities[ename]
+            columns = {d.column or m for m, d in ent.dimensions.items() if (ename, m) in covered}
+            out += [f"{ename}.{m}" for m in ent.dimensions if (ename, m) not in covered
+                    and any(_has(text, w) for w in words(ename, m) if fold(w) not in answered)]
+            out += [f"{ename}.{role}" for role, j in ent.joins.items()
+                    if role not in roles and j.column not in columns and _role_said(text, role, j)]
+        return out
+
     def compares_rows(self, question: str, asked: set[str]) -> bool:
         """Whether the question compares rows of one entity it names (`_bounded_entity`) with a
         figure: a side word (`_side`). Why: "quais despesas de transporte passaram do limite da
@@ -4061,7 +4103,9 @@ def answer_object(data: dict[str, Any], tool: Any, model_path: Path) -> Semantic
     except (PolicyError, OSError, SemanticQueryError) as exc:
         run.reason = f"query object refused: {exc}"[:400]
         return run
-    _execute(layer, q, tool, run)
+    # the pattern's typed extraction resolved each key: one no row holds (a manager with no
+    # reports) is an empty answer, not a value to move to the column that holds it (the person)
+    _execute(layer, q, tool, run, link=False)
     return run
 
 
@@ -4077,20 +4121,22 @@ def warm_semantic(tool: Any, model_path: Path, *, backend: str | None) -> object
     return warm("text_to_sql", "semantic_query", backend=backend, **_static(layer_for(model_path, tool)))
 
 
-def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any, run: SemanticRun) -> bool:
+def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any, run: SemanticRun,
+                 link: bool = True) -> bool:
     """Compile the queries and run them through `tool.query` into `run`; False with `run.reason`
     (and `run.fatal` when the database is down, `run.repairable` when the LLM may correct it)
     otherwise. Several queries of the same columns (a document's figure per row of its table) run
     as one statement, their rows together in the first column's order, or the sum of their counts
     when each part is one count: one query for the trace and the scorer, through the same
-    read-only guard.
+    read-only guard. `link` False: the filters' values are resolved keys, compiled as they are
+    (value linking would move a key no row holds in its column to a column that holds it).
     """
     from tools.database import DatabaseUnavailable
 
     run.query_object = queries[0].as_json() if len(queries) == 1 else {"union_all": [q.as_json() for q in queries]}
     run.repairable = False
     try:
-        values = stored_values(tool)
+        values = stored_values(tool) if link else None
         compiled = [layer.compile(q, values) for q in queries]
         if len(compiled) == 1:
             run.query_object, run.sql = compiled[0].query.as_json(), compiled[0].sql
@@ -4120,9 +4166,9 @@ def _union(parts: Sequence[str], queries: Sequence[QueryObject]) -> str:
     return f"SELECT * FROM ({union}) AS figures ORDER BY 1"
 
 
-def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun) -> bool:
+def _execute(layer: SemanticLayer, q: QueryObject, tool: Any, run: SemanticRun, link: bool = True) -> bool:
     """`_execute_all` for one query."""
-    return _execute_all(layer, [q], tool, run)
+    return _execute_all(layer, [q], tool, run, link)
 
 
 def check_model(path: Path, engine: Any) -> dict[str, int]:

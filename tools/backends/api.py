@@ -147,17 +147,14 @@ def _negated(word: str, folded: str) -> bool:
 def _reference_hits(kind: str, folded: str, services: Services) -> set[str]:
     from tools.references import reference_candidates
 
-    best: dict[str, int] = {}
+    best: dict[str, str] = {}
     for cand in reference_candidates(kind, services.engine):
         for name in cand.names:
             f = fold(name)
-            if len(f) >= 3 and _word_in(f, folded):
-                best[cand.id] = max(best.get(cand.id, 0), len(f))
-    if not best:
-        return set()
-    top = max(best.values())
-    # a longer match wins ("payments api" over "api"); equal lengths stay ambiguous
-    return {cid for cid, n in best.items() if n == top}
+            if len(f) >= 3 and _word_in(f, folded) and len(f) > len(best.get(cand.id, "")):
+                best[cand.id] = f
+    # a match inside a longer one is part of it ("api" of "payments api"); two apart are two values
+    return {cid for cid, f in best.items() if not any(o != f and _word_in(f, o) for o in best.values())}
 
 
 def _month_range(folded: str, today: date) -> tuple[str, str] | None:
@@ -433,14 +430,17 @@ class ApiBackend:
         if verdict.decision == "close":
             close = [c.name for c in verdict.candidates if verdict.candidates[0].score - c.score < MARGIN]
             key = fillable(close, ops, part, call) or choose_operation(close, ops, question, call)
-        if key is None:
-            return {**out, "error": "no declared API operation matches this question"}
+        if key is None:  # the question gave the source nothing it can ask: no outage (`unasked`)
+            return {**out, "error": "no declared API operation matches this question", "unasked": True}
         source, op = ops[key]
         out.update(source=source.name, operation=op.operation_id, path=op.path)
         today = date.fromisoformat(call.today)
         args, ambiguous = typed_values(op, part, call.services, today)
-        if part != question:  # a required value may sit in the other half ("... e como ele está agora?")
-            whole, _ = typed_values(op, question, call.services, today)
+        # a required value may sit in the other half ("... e como ele está agora?"): of this
+        # backend's text, else of the user's whole question when the planner gave it one part only
+        others = [question, strip_urls(call.whole)[0]] if call.whole and call.whole != call.question else [question]
+        for text in dict.fromkeys(t for t in others if t != part):
+            whole, _ = typed_values(op, text, call.services, today)  # an ambiguous value is left out
             args.update({n: whole[n] for n in op.required if n not in args and n in whole})
         pending = [n for n in op.required if n not in args] + [n for n in ambiguous if n not in op.required]
         if pending:
@@ -451,7 +451,7 @@ class ApiBackend:
         out["params"] = dict(args)
         missing = [n for n in op.required if n not in args]
         if missing:
-            return {**out, "error": f"missing parameters for {op.operation_id}: {', '.join(missing)}"}
+            return {**out, "error": f"missing parameters for {op.operation_id}: {', '.join(missing)}", "unasked": True}
         try:
             resp = source.call(op.operation_id, args)
         except RequestRefused as exc:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import BackendCall, Finding, bounded_question, render_about, row_findings
+from tools.backends.base import BackendCall, Finding, bounded_question, question_parts, render_about, row_findings
 from tools.services import Services
 from tramita.base.policyfile import PolicyError
 from tramita.base.text import fields_asked, fold
@@ -203,7 +203,7 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     Why: the small model's fill for "who are X's direct reports" joined the manager the wrong way
     round; the pattern's typed extraction resolves the person and the form holds the join.
     """
-    from tools.graph_patterns import PatternEngine
+    from tools.graph_patterns import MirroredQuery, PatternEngine
     from tools.semantic_layer import answer_object, folded_cues, ranking_words
 
     if call.given:  # an earlier source's set bounds this part: the LLM's fill binds it
@@ -212,11 +212,21 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     if ranking_words(tokens) or folded_cues().order & set(tokens):
         return None  # "the most recent incident of X": a ranking the form does not hold
     path = call.services.settings.graph_patterns_file()
-    try:
+    layer = _layer(call.services)
+
+    def form(count: bool) -> tuple[MirroredQuery | None, list[str]]:
         # the graph as every caller passes it: a store that is down leaves its names out of the
         # gazetteer (build_gazetteer), so no availability query per question is needed
         found = PatternEngine.for_file(path).database_query(question, engine=call.services.engine,
-                                                            tool=call.services.graph_tool) if path.exists() else None
+                                                            tool=call.services.graph_tool, count=count)
+        beyond = layer.names_beyond(found.query, question, found.surfaces) if found and layer else []
+        return found, beyond
+
+    try:
+        # "how many …, and who are they?": the rows, whose number the answer reads off them
+        found, beyond = form(count=not question_parts(question)) if path.exists() else (None, [])
+        if found is not None and beyond and found.query.get("measures"):
+            found, beyond = form(count=False)
     except Exception as exc:  # noqa: BLE001 - no form: the semantic fill answers
         log.warning("mirrored patterns unusable: %s", exc)
         return None
@@ -225,6 +235,9 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     said = f" {' | '.join(_words(s) for s in found.surfaces)} "
     if any(f" {_words(h.value)} " not in said for h in _values(call.services.sql_tool).match(question)):
         return None  # a stored value beyond the pattern's parameters: a condition the form does not hold
+    if beyond:
+        log.info("mirrored pattern %s left to the fill: the question names %s", found.pattern, ", ".join(beyond))
+        return None
     name = found.pattern
     sem = answer_object(found.query, call.services.sql_tool, call.services.settings.semantic_model_file())
     if not (sem.ok or sem.fatal):

@@ -166,6 +166,10 @@ def classify(text: str, ctx: Context, s: Services, usage: Usage, *, exclude: str
         by_verb = _by_verb(form, head, text, ctx, s, usage, exclude)
         if by_verb is not None:
             return by_verb
+        if all(reg.policy(n).operation_type == "read" for n in form.tools):
+            # "mostra os últimos deploys do X": a verb that only ever reads, and no lookup finds its
+            # id in the message, asks for data; the registry's scores read it as the nearest write
+            return Intent(kind="question", reason=f"verb {form.verb!r} only reads; no lookup carries a value")
     match: MatchResult = reg.match(head, ctx.user_id, ctx.tenant)
     if head != text and (match.decision == "none" or match.best is None):
         match = reg.match(text, ctx.user_id, ctx.tenant)
