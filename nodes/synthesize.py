@@ -329,12 +329,22 @@ def _stored_identifiers(contexts: list[dict[str, Any]]) -> set[str]:
     words is still right.
     """
     out: set[str] = set()
+
+    def walk(column: str, value: Any) -> None:  # an API's record nests its lists of records
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(str(key), inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(column, inner)
+        elif isinstance(value, str) and re.search(r"[A-Za-z]", value) and (
+                _SLUG.fullmatch(value) or (_ID_COLUMN.search(column) and re.search(r"[-_]", value))):
+            out.add(value)
+
     for c in contexts:
         for row in c.get("rows") or []:
-            for column, value in (row.items() if isinstance(row, dict) else ()):
-                if isinstance(value, str) and re.search(r"[A-Za-z]", value) and (
-                        _SLUG.fullmatch(value) or (_ID_COLUMN.search(str(column)) and re.search(r"[-_]", value))):
-                    out.add(value)
+            if isinstance(row, dict):
+                walk("", row)
     return out
 
 

@@ -499,6 +499,10 @@ def test_a_restyled_record_id_is_written_as_stored() -> None:
     # other words are not ids: a longer run, a part alone, a name cell and an enum code stay as written
     other = "billing-sync-v2, quote, Operações, waiting customer"
     assert stored_spelling(other, contexts) == other
+    # an API's one record nests its list of records: their ids are stored values too
+    nested = [{"backend": "api", "rows": [{"count": 2, "services": [{"service_id": "quote-store", "status": "degraded"},
+                                                                     {"service_id": "billing-sync", "status": "down"}]}]}]
+    assert stored_spelling("Quote Store e Billing Sync estão fora.", nested) == "quote-store e billing-sync estão fora."
 
 
 def test_the_synthesis_node_writes_ids_as_stored(model: Any) -> None:
