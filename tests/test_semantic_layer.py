@@ -2379,3 +2379,21 @@ def test_a_question_that_ranks_or_counts_records_is_told_from_one_that_bounds_or
     for other in ("Quantos dias tenho para enviar o recibo?", "How many hours a week can I work from abroad?",
                   "Quais despesas passaram do limite?"):
         assert not layer.counts_records(other), other
+
+
+def test_names_beyond_tells_a_column_or_role_a_fixed_query_does_not_hold(novaops: Path) -> None:
+    """Written for this test: a fixed query listing the team that owns a service holds neither the
+    team's cost center nor the service's tier; one listing a project's members is no project lead;
+    a word its shown column answers to ("role": the member's role on the project) names no other
+    entity's column of that name, and the words its parameter took name nothing."""
+    layer = layer_for(MODEL, SQLTool(f"sqlite:///{novaops}"))
+    owner = {"dimensions": ["owner_team.name"], "filters": [{"field": "services.service_id", "op": "=", "value": "x"}]}
+    assert layer.names_beyond(owner, "What is the cost centre of the team that owns quote-store?") == ["teams.cost_center"]
+    assert layer.names_beyond(owner, "Qual o tier do quote-store e quem é o dono?") == ["services.tier"]
+    assert layer.names_beyond(owner, "Which team owns quote-store?") == []
+    members = {"dimensions": ["employee.full_name", "project_members.role"],
+               "filters": [{"field": "project_members.project_id", "op": "=", "value": "PRJ-1"}]}
+    assert "projects.lead" in layer.names_beyond(members, "Who is the project lead of Atlas, and who else works on it?")
+    assert layer.names_beyond(members, "Who works on the Atlas project, and in which role?") == []
+    # the parameter's own words: a team named "Cost Center Ops" names no cost center
+    assert layer.names_beyond(owner, "Which team owns cost center ops?", ("cost center ops",)) == []
