@@ -2397,3 +2397,18 @@ def test_names_beyond_tells_a_column_or_role_a_fixed_query_does_not_hold(novaops
     assert layer.names_beyond(members, "Who works on the Atlas project, and in which role?") == []
     # the parameter's own words: a team named "Cost Center Ops" names no cost center
     assert layer.names_beyond(owner, "Which team owns cost center ops?", ("cost center ops",)) == []
+
+
+def test_a_figure_of_one_record_named_by_its_key_is_the_databases(novaops: Path) -> None:
+    """Written for this test: a record named by its key (a stored primary key) and a quantity of it,
+    or of a record its joins reach, asks the database; a column without a unit beside the key is as
+    often a condition, and a key alone, or a quantity with no record's key, asks nothing of it."""
+    layer = layer_for(MODEL, SQLTool(f"sqlite:///{novaops}"))
+    incident = [("incidents", "incident_id", "INC-2047")]
+    assert layer.asks_about_record("Qual a alçada de quem comandou o INC-2047?", incident)  # the commander's
+    assert layer.asks_about_record("What was the time to acknowledge of INC-2047?", incident)
+    assert not layer.asks_about_record("Qual foi a causa raiz do INC-2047?", incident)
+    assert not layer.asks_about_record("Which tier 1 services did INC-2047 hit?", incident)  # a condition
+    assert not layer.asks_about_record("Qual a alçada de um Head?", [])
+    assert not layer.asks_about_record("Qual a alçada de quem comandou o INC-2047?",
+                                       [("incidents", "title", "INC-2047")])  # not a key column

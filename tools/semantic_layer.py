@@ -3255,6 +3255,22 @@ class SemanticLayer:
         return {i for ename, ent in self.spec.entities.items() for w in [ename, *ent.synonyms]
                 for i in _word_at(tokens, w.replace("_", " "))}
 
+    def asks_about_record(self, question: str, hits: Iterable[tuple[str, str, str]]) -> bool:
+        """Whether the question names one record by its key (a stored value of an entity's primary
+        key, from `hits`: (table, column, value)) and a quantity of that entity, or of one its joins
+        reach (a column with a unit), by the column's name or a synonym. A column without a unit is
+        as often a condition as what is asked ("quais serviços tier 1 seriam impactados").
+
+        Why: "the approval limit of the person who commanded INC-…" was planned to the documents
+        alone (the postmortems share its words); a record's figure is the database's answer.
+        """
+        text = _spaced(question)
+        keyed = {e for t, c, _ in hits for e, ent in self.spec.entities.items()
+                 if ent.table_name(e) == t and ent.primary_key == c}
+        reached = keyed | {j.entity for e in keyed for j in self.spec.entities[e].joins.values()}
+        return any(d.unit and any(_has(text, w) for w in [m.replace("_", " "), *d.synonyms])
+                   for e in reached for m, d in self.spec.entities[e].dimensions.items())
+
     def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
         """What the question names that a fixed query neither shows nor filters on: a column (by its
         name or a synonym) or a join role of an entity the query reaches or the question names, as

@@ -120,10 +120,19 @@ class SQLBackend:
 
     def required_by(self, services: Services, text: str) -> bool:
         """Whether the question ranks records the semantic model holds (`SemanticLayer.ranks_records`:
-        "who commanded the longest incident"): only the rows answer which one is first.
+        "who commanded the longest incident"), or asks a column of one record it names by its key
+        (`SemanticLayer.asks_about_record`): only the rows answer those.
         """
         layer = _layer(services)
-        return layer is not None and layer.ranks_records(text)
+        if layer is None:
+            return False
+        if layer.ranks_records(text):
+            return True
+        try:
+            hits = [(h.table, h.column, h.value) for h in _values(services.sql_tool).match(text)]
+        except Exception:  # noqa: BLE001 - no database: nothing to require
+            return False
+        return layer.asks_about_record(text, hits)
 
     def counts_records(self, services: Services, text: str) -> bool:
         """Whether the question counts records the semantic model holds (`SemanticLayer.counts_records`:
