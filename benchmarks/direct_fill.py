@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             item = json.loads(line)
             question = item["question"]
-            hits = [(h.table, h.column, h.value) for h in index.match(question)]
+            hits = index.triples(question)
             fill = direct_query(layer, question, hits, TODAY)
             if item.get("direct") is False:
                 counts["must_decline_taken"] += fill is not None

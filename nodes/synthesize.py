@@ -111,12 +111,12 @@ def _gaps(contexts: list[dict[str, Any]], planned: set[str], lang: str) -> str:
     failed = [c for c in contexts
               if c.get("error") and str(c.get("backend")) in planned and not c.get("replaced_by")]
 
-    def unnamed(c: dict[str, Any]) -> bool:
+    def nameable(c: dict[str, Any]) -> bool:  # naming who or what the part is about may help
         return bool(c.get("unasked")) or str(c["error"]).startswith(UNNAMED)
 
-    down = [str(c["backend"]) for c in failed if not unnamed(c)]
-    asked_for = [str(c["backend"]) for c in failed if unnamed(c)]
-    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(asked_for, lang, "source_unnamed")) if s)
+    down = [str(c["backend"]) for c in failed if not nameable(c)]
+    unnamed = [str(c["backend"]) for c in failed if nameable(c)]
+    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(unnamed, lang, "source_unnamed")) if s)
 
 
 def _units(ctx: Context) -> dict[str, str]:

@@ -2237,7 +2237,7 @@ class SemanticLayer:
         cognate of its name ("severidade" ~ severity).
         """
         dim = self.spec.entities[entity].dimensions[member]
-        return any(_has(text, w) for w in [member.replace("_", " "), *dim.synonyms]) or _cognate(text.split(), member)
+        return any(_has(text, w) for w in _column_words(member, dim)) or _cognate(text.split(), member)
 
     def _named_dimensions(self, kept: list[str], text: str) -> tuple[list[str], list[str]]:
         """A list's dimensions with the column the question names swapped in: "the latest incident
@@ -3268,7 +3268,7 @@ class SemanticLayer:
         keyed = {e for t, c, _ in hits for e, ent in self.spec.entities.items()
                  if ent.table_name(e) == t and ent.primary_key == c}
         reached = keyed | {j.entity for e in keyed for j in self.spec.entities[e].joins.values()}
-        return any(d.unit and any(_has(text, w) for w in [m.replace("_", " "), *d.synonyms])
+        return any(d.unit and any(_has(text, w) for w in _column_words(m, d))
                    for e in reached for m, d in self.spec.entities[e].dimensions.items())
 
     def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
@@ -3296,19 +3296,15 @@ class SemanticLayer:
             if prefix != entity:
                 roles.add(prefix)
         entities = {e for e, _ in covered} | {e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)}
-
-        def words(ename: str, member: str) -> list[str]:
-            return [member.replace("_", " "), *self.spec.entities[ename].dimensions[member].synonyms]
-
         # a word a shown column answers to ("role": the member's role on the project) names no
         # other entity's column of that name
-        answered = {fold(w) for e, m in covered for w in words(e, m)}
+        answered = {fold(w) for e, m in covered for w in _column_words(m, self.spec.entities[e].dimensions[m])}
         out: list[str] = []
         for ename in sorted(entities):
             ent = self.spec.entities[ename]
             columns = {d.column or m for m, d in ent.dimensions.items() if (ename, m) in covered}
-            out += [f"{ename}.{m}" for m in ent.dimensions if (ename, m) not in covered
-                    and any(_has(text, w) for w in words(ename, m) if fold(w) not in answered)]
+            out += [f"{ename}.{m}" for m, d in ent.dimensions.items() if (ename, m) not in covered
+                    and any(_has(text, w) for w in _column_words(m, d) if fold(w) not in answered)]
             out += [f"{ename}.{role}" for role, j in ent.joins.items()
                     if role not in roles and j.column not in columns and _role_said(text, role, j)]
         return out
@@ -3393,6 +3389,11 @@ def _literal(raw: str) -> Any:
 def _spaced(text: str) -> str:
     """The folded words of `text`, space-joined and space-padded (what `_has` looks in)."""
     return " " + " ".join(re.findall(r"\w+", fold(text))) + " "
+
+
+def _column_words(member: str, dim: Dimension) -> list[str]:
+    """The words that name a column in a question: its name, spaced, and its synonyms."""
+    return [member.replace("_", " "), *dim.synonyms]
 
 
 def _role_said(text: str, name: str, join: Join) -> bool:
@@ -3956,7 +3957,7 @@ def earlier_values(index: Any, given: Sequence[Finding]
     bound: list[tuple[str, str, tuple[str, ...]]] = []
     for f in given:
         if f.text:
-            hits += [(h.table, h.column, h.value) for h in index.match(f.text)]
+            hits += index.triples(f.text)
         if not f.values:
             continue
         stored: list[dict[tuple[str, str], str]] = []  # per value: column -> the value as that column stores it
@@ -3998,7 +3999,7 @@ def document_figures(layer: SemanticLayer, index: Any, question: str, passages: 
 
     def named(text: str) -> set[str]:
         if text not in keys:
-            keys[text] = layer.named_values(text, [(h.table, h.column, h.value) for h in index.match(text)], today)
+            keys[text] = layer.named_values(text, index.triples(text), today)
         return keys[text]
 
     lines, chosen = layer.figure_hints(question, asked, found, today, named) if asked else ([], [])
@@ -4027,7 +4028,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         return run
     try:
         index = value_index(tool.url, tool.query, load_schema(tool.schema_path))
-        hits = [(h.table, h.column, h.value) for h in index.match(question)]
+        hits = index.triples(question)
     except DatabaseUnavailable as exc:
         run.reason, run.fatal = str(exc)[:400], True
         return run

@@ -94,6 +94,10 @@ class ValueIndex:
                 break
         return hits
 
+    def triples(self, question: str, limit: int | None = MAX_HITS) -> list[tuple[str, str, str]]:
+        """`match`'s hits as (table, column, value): the form the semantic layer reads them in."""
+        return [(h.table, h.column, h.value) for h in self.match(question, limit=limit)]
+
 
 def text_columns(schema: Schema) -> list[tuple[str, str]]:
     """(table, column) pairs that may hold names and labels: text, not a foreign key, not an enum

@@ -116,7 +116,7 @@ class SQLBackend:
 
         tool = services.sql_tool
         layer = layer_for(services.settings.semantic_model_file(), tool)
-        return not layer.names_anything(text, [(h.table, h.column, h.value) for h in _values(tool).match(text)])
+        return not layer.names_anything(text, _values(tool).triples(text))
 
     def required_by(self, services: Services, text: str) -> bool:
         """Whether the question ranks records the semantic model holds (`SemanticLayer.ranks_records`:
@@ -129,7 +129,7 @@ class SQLBackend:
         if layer.ranks_records(text):
             return True
         try:
-            hits = [(h.table, h.column, h.value) for h in _values(services.sql_tool).match(text)]
+            hits = _values(services.sql_tool).triples(text)
         except Exception:  # noqa: BLE001 - no database: nothing to require
             return False
         return layer.asks_about_record(text, hits)
@@ -152,7 +152,7 @@ class SQLBackend:
         tool = services.sql_tool
         try:
             layer = layer_for(services.settings.semantic_model_file(), tool)
-            hits = [(h.table, h.column, h.value) for h in _values(tool).match(text)]
+            hits = _values(tool).triples(text)
         except Exception:  # noqa: BLE001 - no model or no database: nothing to require
             return False
         today = dt.date.today().isoformat()  # periods are no stored values: any day reads them alike
@@ -322,7 +322,7 @@ def _named_referent(call: BackendCall, question: str) -> str:
     group = _clause_group(call, layer, text, question)
     if group:
         return f"{question} ({said[0]}: {', '.join(group)})"
-    found = [(h.table, h.column, h.value) for h in _values(call.services.sql_tool).match(text, limit=None)]
+    found = _values(call.services.sql_tool).triples(text, limit=None)
     names = layer.referents(question, found)
     asked = call.whole or question
     # the bracket the question's own figure is in names its person first, by name or by a title
