@@ -502,7 +502,7 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
                 # with its one other text ("Ana (Ledger v2)"): the row answers both of what was asked
                 figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
                     _with_attribute(rows, labels)
-                answer = f"{answer}\n{say('full_list', lang, items=', '.join(figures or labels))}"
+                answer = _rows_said(answer, ", ".join(figures or labels), lang, sole=_sole_source(contexts, c))
                 folded = fold(answer)
             elif not labels and unread and rows[0] and all(_is_figure(v) for v in rows[0].values()):
                 # a count or a sum alone, which the answer never wrote ("the handbook does not say
@@ -519,9 +519,24 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
                 _with_attribute(rows, labels)
             items = "; ".join(figures) if figures else ", ".join(labels)
-            answer = f"{answer}\n{say('full_list', lang, items=items)}"
+            answer = _rows_said(answer, items, lang, sole=not named and _sole_source(contexts, c))
             folded = fold(answer)
     return answer
+
+
+def _sole_source(contexts: list[dict[str, Any]], context: dict[str, Any]) -> bool:
+    """Whether `context` is the only one that found anything (rows, passages or records)."""
+    return all(x is context or not (x.get("rows") or x.get("items")) for x in contexts)
+
+
+def _rows_said(answer: str, items: str, lang: str, *, sole: bool) -> str:
+    """The answer with the rows it left out after it; or the rows alone, when they are all the
+    turn found and the answer names none of them. Why: "No, nobody from that team is on call",
+    over the one person the graph found, read as a denial with the list after it.
+    """
+    if sole:
+        return say("found", lang, items=items)
+    return f"{answer}\n{say('full_list', lang, items=items)}"
 
 
 _RECORD_CODE = re.compile(r"[A-Za-z]+-\d+")

@@ -272,14 +272,30 @@ def test_one_row_named_of_a_list_the_question_asks_for_gets_the_full_list() -> N
 
 
 def test_an_answer_that_names_no_row_gets_the_rows() -> None:
-    """The model read four rows as none: the rows follow. Stating their count is reading them."""
-    out = complete_list("Nenhum serviço depende de outro.", [DEPS], "pt", "Quais serviços o web-frontend chama?")
-    assert out.endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
+    """The model read four rows as none. When they are all the turn found, the rows replace the
+    denial; beside another source's passages, they follow it. Stating their count is reading them."""
+    rows = "api-gateway, auth-service, event-bus, redis-cache."
+    denial = "Nenhum serviço depende de outro."
+    assert complete_list(denial, [DEPS], "pt", "Quais serviços o web-frontend chama?") == f"Encontrei: {rows}"
+    beside = complete_list(denial, [DOC, DEPS], "pt", "Quais serviços o web-frontend chama?")
+    assert beside == f"{denial}\nLista completa: {rows}"
     for stated in ("O web-frontend chama 4 serviços.", "There are 4 of them."):
         assert complete_list(stated, [DEPS], "pt", "Quantos serviços o web-frontend chama?") == stated
     # a different number is no count of these rows, and a decimal is no count at all
     for other in ("O web-frontend chama 3 serviços.", "O custo é 4.5 mil."):
-        assert complete_list(other, [DEPS], "pt").endswith("Lista completa: api-gateway, auth-service, event-bus, redis-cache.")
+        assert complete_list(other, [DEPS], "pt") == f"Encontrei: {rows}"
+        assert complete_list(other, [DOC, DEPS], "pt").endswith(f"Lista completa: {rows}")
+
+
+def test_a_denial_of_the_one_row_the_only_source_found_is_replaced() -> None:
+    """Written for this test: "is anyone on call?" answered "no" over the one person the graph
+    found. The contradiction is not kept; a one-row answer that names the row is left alone."""
+    hit = {"backend": "graph", "rows": [{"name": "Zé Quinto", "role": "primary"}]}
+    out = complete_list("No, nobody from that team is on call next week.", [hit], "en",
+                        "Is anyone from the Data team on call next week?")
+    assert out.startswith("Found: Zé Quinto") and "nobody" not in out
+    named = "Yes: Zé Quinto is the primary."
+    assert complete_list(named, [hit], "en", "Is anyone from the Data team on call next week?") == named
 
 
 def test_an_answer_that_denies_the_one_row_found_gets_it() -> None:
@@ -298,17 +314,17 @@ def test_an_answer_that_denies_the_one_row_found_gets_it() -> None:
 
 def test_a_one_row_result_the_answer_does_not_read_follows_with_its_figure() -> None:
     """Written for this test: the model announced an answer ("Here it is:") and gave none, or wrote
-    around the row; the row follows with its one figure. An answer that writes the name, or only
+    around the row; the row, the only source's, replaces it with its one figure. An answer that writes the name, or only
     the figure (in either language's marks), read the row and is left."""
     top = {"backend": "sql", "query": "SELECT a.full_name, COUNT(*) AS n FROM x JOIN a ON 1 GROUP BY a.full_name",
            "rows": [{"approver.full_name": "Ana Prado", "expenses.count": 12345}]}
     question = "Quem mais aprovou despesas?"
-    assert complete_list("Aqui está a resposta:", [top], "pt", question) == "Aqui está a resposta:\nLista completa: Ana Prado (12.345)."
+    assert complete_list("Aqui está a resposta:", [top], "pt", question) == "Encontrei: Ana Prado (12.345)."
     assert complete_list("O INC-9 atingiu um serviço.", [{"backend": "graph", "rows": [{"service": "svc-q"}]}], "pt",
-                         "Que serviço o INC-9 atingiu?") == "O INC-9 atingiu um serviço.\nLista completa: svc-q."
+                         "Que serviço o INC-9 atingiu?") == "Encontrei: svc-q."
     for read in ("Ana Prado aprovou mais.", "Foram 12.345 despesas.", "There were 12,345 of them."):
         assert complete_list(read, [top], "pt", question) == read
-    assert complete_list("Foram 12.354 despesas.", [top], "pt", question).endswith("Lista completa: Ana Prado (12.345).")
+    assert complete_list("Foram 12.354 despesas.", [top], "pt", question) == "Encontrei: Ana Prado (12.345)."
     # a report row (an API's, with lists in it) or a row named by when it was read is no answer to list
     for row in ({"as_of": "2026-05-15T08:00:00-03:00", "services": [{"id": "svc-q", "status": "degraded"}]},
                 {"checked_at": "2026-05-15T08:00:00-03:00", "state": "degraded"}):
@@ -325,10 +341,12 @@ def test_a_one_row_result_the_answer_does_not_read_follows_with_its_other_text()
             "rows": [{"lead.full_name": "Ana Prado", "projects.name": "Atlas Sync"}]}
     question = "Quem lidera esse projeto?"
     wrong = "O projeto é liderado por Rui Costa."
-    assert complete_list(wrong, [lead], "pt", question) == f"{wrong}\nLista completa: Ana Prado (Atlas Sync)."
+    assert complete_list(wrong, [lead], "pt", question) == "Encontrei: Ana Prado (Atlas Sync)."
     two = {"backend": "sql", "query": "SELECT 1",
            "rows": [{"lead.full_name": "Ana Prado", "projects.name": "Atlas Sync", "projects.status": "active"}]}
-    assert complete_list(wrong, [two], "pt", question) == f"{wrong}\nLista completa: Ana Prado."
+    assert complete_list(wrong, [two], "pt", question) == "Encontrei: Ana Prado."
+    # beside the passages the wrong name came from, the row follows the answer
+    assert complete_list(wrong, [DOC, lead], "pt", question) == f"{wrong}\nLista completa: Ana Prado (Atlas Sync)."
     for read in ("Ana Prado lidera o projeto.", "O Atlas Sync é liderado pela pessoa do registro."):
         assert complete_list(read, [lead], "pt", question) == read
 
@@ -373,7 +391,7 @@ def test_the_list_names_the_column_that_tells_the_rows_apart() -> None:
     """Written for this test: ten shifts of one role; the role names none of them, the services do."""
     rows = [{"role": "secondary", "service": s} for s in ("svc-a", "svc-b", "svc-c")]
     out = complete_list("Ela não está de plantão.", [{"backend": "graph", "rows": rows}], "pt", "Ela está de plantão?")
-    assert out.endswith("Lista completa: svc-a (secondary); svc-b (secondary); svc-c (secondary).")
+    assert out == "Encontrei: svc-a (secondary); svc-b (secondary); svc-c (secondary)."
     assert not out.endswith("Lista completa: secondary.")
 
 
@@ -561,7 +579,7 @@ def test_a_breakdown_cut_short_gets_each_groups_figure() -> None:
     out = complete_list("O gasto da Segurança foi US$ 1.840,50.", [ctx], "pt", "Gasto por time em 2025", units)
     assert out.endswith("Lista completa: Segurança (US$ 1.840,50); Produto (US$ 961,00); SRE (US$ 12.034,25).")
     en = complete_list("Security spent USD 1,840.50.", [ctx], "en", "Spend per team in 2025", units)
-    assert en.endswith("Full list: Segurança (USD 1,840.50); Produto (USD 961.00); SRE (USD 12,034.25).")
+    assert en == "Found: Segurança (USD 1,840.50); Produto (USD 961.00); SRE (USD 12,034.25)."
     # not a breakdown: an ungrouped result, two numeric columns, or a repeated label keep the labels
     plain = {**ctx, "query": "SELECT name, total FROM t"}
     assert complete_list("Segurança.", [plain], "pt", "Gasto por time", units).endswith(

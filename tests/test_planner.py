@@ -80,7 +80,8 @@ def test_planner_yaml_has_no_hand_kept_hint_lists() -> None:
     text = (ph.POLICIES_DIR / "planner.yaml").read_text(encoding="utf-8")
     assert "\nhints:" not in text
     assert set(ph._file().model_fields_set) <= {"descriptions", "matching", "document_kinds", "stopwords", "chain",
-                                                "rule_questions", "reason_words"}
+                                                "rule_questions", "reason_words", "back_pronouns", "pointing_pronouns",
+                                                "person_openers"}
     rules = ph._file().rule_questions
     assert rules is not None
     for prototype in (*rules.rule, *rules.records):  # shapes of questions, naming no record of any deployment
@@ -654,3 +655,17 @@ def test_a_part_that_counts_records_reaches_the_database(novaops_services: Any) 
     assert "sql" in routed.required and decide(routed, None)[0] == ["docs", "sql"], routed.trace()
     graph = ph.route("Quantas pessoas estão abaixo da CFO, em qualquer nível?", novaops_services)
     assert "sql" not in graph.required and decide(graph, None)[0] == ["graph"], graph.trace()
+
+
+def test_a_part_that_points_back_takes_the_one_thing_named_before() -> None:
+    """Written for this test: "it" in the second part stands for the incident the first part names;
+    "ele" after a part that asks for a person may be that person, so it stays; a part that names its
+    own thing, or follows a part naming two, is left as it is."""
+    masker = ph.Masker({"service": [("svc-norte", "svc-norte"), ("svc-sul", "svc-sul")]})
+    assert ph.resolved(["Who commanded INC-77 in 2026-W19", "which services did it hit"], masker) == \
+        ["Who commanded INC-77 in 2026-W19", "which services did INC-77 hit"]
+    assert ph.resolved(["Qual o tier do svc-norte", "quem é o dono dele"], masker)[1] == "quem é o dono svc-norte"
+    kept = [["Quem comandou o INC-77", "de que time ele é"], ["What calls svc-norte", "does svc-sul use it"],
+            ["Which services do svc-norte and svc-sul call", "how many tickets does it have"]]
+    for pieces in kept:
+        assert ph.resolved(pieces, masker) == pieces, pieces

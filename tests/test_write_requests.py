@@ -105,3 +105,47 @@ def test_the_data_vocabulary_comes_from_the_deployment(novaops: Path, novaops_se
     for text in ("Set Sofia Marques's approval limit to 5000.", "apaga o plantão do Henrique Salgado na semana 21",
                  "Troca o gestor do Samuel Dias pro Eduardo Brandão no cadastro"):
         assert screen(text, data=data, tool_matches=_no_tool) is not None, text
+
+
+@pytest.mark.parametrize("text", [
+    "Raise Sofia Marques's approval limit to 9000.",
+    "aumenta o limite de aprovação da Sofia Marques pra 9000",
+    "lower the tier of payments-api to 3",
+    "reduz o orçamento do time pela metade",
+    "sobe o limite de aprovação do Henrique Salgado para 2000",
+])
+def test_a_verb_that_changes_a_quantity_is_a_write(text: str) -> None:
+    """Written for this test: "raise", "aumenta", "reduz" change what is stored as much as "set" does."""
+    flagged = screen(text, data=DATA, tool_matches=_no_tool)
+    assert flagged is not None and flagged[0] == "raw_write", text
+
+
+def test_a_store_word_written_as_a_name_is_the_name() -> None:
+    """Written for this test: "time de Dados" names a team whose name is a store word; written in
+    lower case after a verb, the same word is the store."""
+    assert write_request("Aumenta o orçamento do time de Dados em 10 mil", DATA) == \
+        ("data", "Aumenta o orçamento do time de Dados em 10 mil")
+    assert screen("Aumenta o orçamento do time de Dados em 10 mil", data=DATA, tool_matches=_tool) is None
+    assert write_request("aumenta o orçamento direto nos dados", DATA) is not None
+    assert write_request("aumenta o orçamento direto nos dados", DATA)[0] == "store"  # type: ignore[index]
+
+
+def test_a_tools_own_verb_with_no_record_yet_is_that_tools_request(novaops: Path, novaops_services: Services) -> None:
+    """On the real registry: "raise the severity of an incident" starts the escalation (its id comes
+    next), while another verb near a tool ("apaga uma despesa" near approve_expense), or a record
+    named otherwise than by the tool's id ("raise Sofia Marques's approval limit"), is no tool's."""
+    from graph.context import Context
+    from tramita.core.safety import business_tool_matches
+
+    ctx = Context(user_id="E048", today="2026-05-15", llm_backend="scripted", services=novaops_services)
+    data = data_vocabulary(novaops_services)
+
+    def matches(text: str) -> bool:
+        return business_tool_matches(text, ctx, novaops_services)
+
+    for text in ("raise the severity of an incident", "aumenta a severidade de um incidente"):
+        assert screen(text, data=data, tool_matches=matches) is None, text
+    for text in ("apaga uma despesa", "Raise Sofia Marques's approval limit to 9000.",
+                 "aumenta o limite de aprovação da Sofia Marques para 3000"):
+        flagged = screen(text, data=data, tool_matches=matches)
+        assert flagged is not None and flagged[0] == "raw_write", text

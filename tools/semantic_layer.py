@@ -824,6 +824,63 @@ class SemanticLayer:
                         q.limit)
         return q, [f"{old} written as {new} (the role {base} has)" for old, new in renamed.items()]
 
+    def _roles_said_before(self, q: QueryObject, words: list[str]) -> tuple[QueryObject, list[str], list[str]]:
+        """A filter that names a row by its label through one role of the base entity, moved to the
+        role whose words stand right before that name in the question ("abertos pela X",
+        "approved by X"; an article between at most), or, after the base entity's own word and "of"
+        ("the expenses of X", "as despesas da X"), to the entity's default role. A value of the base
+        entity that only the role's words say ("abertos" in "abertos pela X") goes; those words are
+        returned as spent (the rest of `settle` does not read them as a value).
+
+        Why: the small model put the person a question names where the question's other role is
+        asked: "who approved the expenses of X?" filled with X as the approver, "tickets abertos
+        pela X" with X as the assignee.
+        """
+        try:
+            base = self.plan(q).base
+        except SemanticQueryError:
+            return q, [], []
+        ent = self.spec.entities[base]
+        own = [fold(w) for w in self._entity_words(base)]
+        renamed: dict[str, str] = {}
+        spent: set[int] = set()
+        for name, op, value in q.filters:
+            role, _, member = name.partition(".")
+            join = ent.joins.get(role)
+            target = join.entity if join is not None else role if role in self.spec.entities and role != base else None
+            if op != "=" or not isinstance(value, str) or target is None or member != self.label_of(target):
+                continue
+            at = phrase_starts(words, fold(value).split())
+            if not at:
+                continue
+            before = words[max(0, at[0] - 5):at[0]]
+            roles = {j: r for j, r in ent.joins.items() if r.entity == target}
+            phrases = {j: [p for p in [j.replace("_", " "), *r.synonyms] if _ends_with(before, p)] for j, r in roles.items()}
+            said = [j for j, found in phrases.items() if found]
+            default = [j for j, r in roles.items() if r.default]
+            of_own = any(_ends_with(before, f"{w} {prep}") for w in own for prep in ("of", "de", "da", "do", "das", "dos"))
+            pick = said[0] if len(said) == 1 else default[0] if not said and of_own and len(default) == 1 else None
+            if pick is not None and pick != role:
+                renamed[name] = f"{pick}.{member}"
+            if len(said) == 1:  # the role's words are spent on it ("abertos pela X" is no status "open")
+                longest = max(len(fold(p).split()) for p in phrases[said[0]])
+                width = longest if any(_says(before[-longest:], p) for p in phrases[said[0]]) else longest + 1
+                spent |= set(range(at[0] - width, at[0]))
+        unsaid = {(f, v) for f, o, v in q.filters if spent and o == "=" and isinstance(v, str)
+                  and (dim := self._dimension(f)) is not None and f.split(".", 1)[0] == base
+                  and self._said(dim[3], v, set(words), set())
+                  and not self._said(dim[3], v, {w for i, w in enumerate(words) if i not in spent}, set())}
+        if not renamed and not unsaid:
+            return q, [], []
+        q = QueryObject(q.expressible, list(q.measures), [renamed.get(d, d) for d in q.dimensions], list(q.segments),
+                        [(renamed.get(f, f), o, v) for f, o, v in q.filters if (f, v) not in unsaid],
+                        [(renamed.get(f, f), d) for f, d in q.order], q.limit)
+        notes = [*(f"{old} written as {new} (the role the question's words before the value name)"
+                   for old, new in renamed.items()),
+                 *(f"filter {f} = {v!r} (its word is the role's: {', '.join(sorted(renamed.values()))})"
+                   for f, v in sorted(unsaid))]
+        return q, notes, [" ".join(words[i] for i in sorted(spent))] if spent else []
+
     def _role_hint(self, target: str, base: str) -> str:
         roles = sorted({j for e, paths in self._reach(base).items() if len(paths) == 1
                         for j, join in self.spec.entities[e].joins.items() if join.entity == target})
@@ -906,11 +963,18 @@ class SemanticLayer:
         asks for an entity by a question word ("qual projeto …") shows that entity's label. A segment
         of the base entity the question names ("chamados ativos") and the model left out is added.
         """
-        said = re.findall(r"\w+", fold(question))
+        # the roles read every word ("opened by X" names the requester); the rest reads no
+        # breakdown in a "by" before a name (`_without_agent_cues`)
+        written = re.findall(r"\w+", fold(question))
+        roles_text = " " + " ".join(_without_phrases(written, folded_cues().row_references)) + " "
+        said = re.findall(r"\w+", fold(_without_agent_cues(question)))
+        q, dropped_roles = self._reachable_roles(q, roles_text)
+        q, by_words, spent = self._roles_said_before(q, written)
+        dropped_roles += by_words
+        said = _without_phrases(said, spent)  # "abertos pela X" says no status "open" to what follows
         tokens = _without_phrases(said, folded_cues().row_references)
         each_row = len(tokens) < len(said)  # "e o status de cada um": a column beside each listed row
         text = " " + " ".join(tokens) + " "
-        q, dropped_roles = self._reachable_roles(q, text)
         merged, either = _either(q.filters)
         filters = [flt for flt in merged if not self._column_word(*flt)]
         dropped: list[str] = [*dropped_roles, *either, *(f"filter {f} = {v!r} (a word for a column, not a value)"
@@ -1055,7 +1119,7 @@ class SemanticLayer:
             if asked:  # the label is now the field a spared column was kept as
                 dropped += [f"{s} ({spared[s]})" for s in kept if s in spared]
                 kept = [k for k in kept if k not in spared]
-            roles = self._named_roles(kept, text, q.filters, segments)
+            roles = self._named_roles(kept, roles_text, q.filters, segments)
             if roles and self._lists(q, [*kept, *roles]):
                 kept = [*kept, *roles]
                 dropped += [f"{r} (the question names the role {r.split('.', 1)[0]})" for r in roles]
@@ -2108,8 +2172,12 @@ class SemanticLayer:
                 label = self.label_of(join.entity)
                 if label is None or not _role_said(text, jname, join):
                     continue
+                # a filter through another of the entity's roles ("the expenses of X": the spender) is
+                # no condition on this one ("who approved them")
+                others = set(self.spec.entities[entity].joins) - {jname}
                 if any(f.startswith(f"{jname}.") or f in (f"{prefix}.{join.column}", f"{entity}.{join.column}")
-                       for f in fields) or any(self._entity_of(f.split(".", 1)[0]) == join.entity for f, _, _ in filters):
+                       for f in fields) or any(self._entity_of(f.split(".", 1)[0]) == join.entity
+                                               and f.split(".", 1)[0] not in others for f, _, _ in filters):
                     continue
                 out.append(f"{jname}.{label}")
         return list(dict.fromkeys(out))
@@ -3586,6 +3654,26 @@ def _unreferenced(text: str) -> str:
     return " " + " ".join(kept) + " "
 
 
+_WORD_AFTER_SPACE = re.compile(r"(?<=\s)\w+")
+_ARTICLES = frozenset({"the", "a", "an", "o", "os", "as"})
+
+
+def _without_agent_cues(question: str) -> str:
+    """`question` less each breakdown cue written right before a name, an article between at most:
+    "requested by Tatiane Lacerda", "abertos por Pagamentos" name who or which, not a breakdown
+    ("by team", "por mês"). A name is a capitalised word after the sentence's first.
+    """
+    cues = folded_cues().breakdown
+
+    def keep(m: re.Match[str]) -> str:
+        if fold(m.group(0)) not in cues:
+            return m.group(0)
+        name = next((w for w in question[m.end():].split()[:2] if fold(w) not in _ARTICLES), "")
+        return "" if name[:1].isupper() else m.group(0)
+
+    return _WORD_AFTER_SPACE.sub(keep, question)
+
+
 def _without_phrases(tokens: list[str], phrases: Iterable[str]) -> list[str]:
     """`tokens` with every occurrence of the (folded, space-joined) `phrases` left out."""
     out = " " + " ".join(tokens) + " "
@@ -3625,6 +3713,13 @@ def _next_to(tokens: list[str], phrase: str, word: str) -> bool:
     # the cue, then at most one word (an article, a value: "SEV2"); or the entity, then the cue
     return any(j in (i + p, i + p + 1) for i in phrase_starts(tokens, phrase) for j in phrase_starts(tokens, word)) \
         or any(j in (i + w, i + w + 1) for i in phrase_starts(tokens, word) for j in phrase_starts(tokens, phrase))
+
+
+def _ends_with(words: list[str], phrase: str) -> bool:
+    """Whether the folded `words` end with `phrase` as `_says` reads it, or with it and one article."""
+    n = len(fold(phrase).split())
+    return bool(n) and any(len(words) >= n + extra and _says(words[len(words) - n - extra:len(words) - extra], phrase)
+                           and (not extra or words[-1] in _ARTICLES) for extra in (0, 1))
 
 
 def _says(words: list[str], phrase: str) -> bool:

@@ -57,7 +57,7 @@ from tools.backends.base import question_parts as parts
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
-from tramita.base.text import fold, phrase_starts
+from tramita.base.text import fold, phrase_starts, span_of
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -132,6 +132,15 @@ class PlannerFile(BaseModel):
         default_factory=list, description="words or phrases that ask why: a reason is written in a document, "
                                           "never in a row's figures")
     stopwords: list[str] = Field(default_factory=list, description="function words that say nothing about a source")
+    back_pronouns: list[str] = Field(
+        default_factory=list, description="pronouns that stand for a thing the part before names, never a person "
+                                          "(\"it\", \"its\"): a part that has one and names nothing takes that name")
+    pointing_pronouns: list[str] = Field(
+        default_factory=list, description="pronouns that stand for a thing or a person (\"ele\", \"dela\"): the "
+                                          "same, unless the part before asks for a person (`person_openers`)")
+    person_openers: list[str] = Field(
+        default_factory=list, description="words that ask for a person (\"who\", \"quem\"): a pointing pronoun "
+                                          "after such a part may stand for the person found")
     chain: list[str] = Field(
         default_factory=list,
         description="the order in which planned backends run; each later one reads what the earlier ones found "
@@ -223,6 +232,18 @@ class Masker:
             if f" {surface} " in folded:
                 folded = folded.replace(f" {surface} ", f" {kind} ")
         return folded.strip()
+
+    def named(self, text: str) -> list[str]:
+        """The record ids and known names `text` writes, as written there (weeks and quarters are no
+        thing a pronoun stands for).
+        """
+        found = _RECORD_ID.findall(text)
+        folded = f" {fold(_ID.sub(' ', text))} "
+        for surface, _ in self.forms:
+            if f" {surface} " in folded:
+                folded = folded.replace(f" {surface} ", " ")
+                found.append(span_of(text, surface) or surface)
+        return found
 
     def words(self, text: str, stop: frozenset[str]) -> set[str]:
         """The stems of the content words of `text` (entities, ids, numbers and stop words out)."""
@@ -711,15 +732,49 @@ def _rule_or_decide(text: str, ranked: list[tuple[str, float]], m: Matching, lea
     return decided
 
 
+def resolved(pieces: list[str], masker: Masker) -> list[str]:
+    """The parts, each that names nothing but has a pronoun that points back (`back_pronouns`,
+    `pointing_pronouns`) written with the one thing the part before names in the pronoun's place:
+    "Who commanded INC-7, and which services did it hit?" → "which services did INC-7 hit". Left as
+    it is when the part before names none or several, and for a pronoun that may stand for a person
+    after a part that asks for one ("Quem comandou o INC-7 e de que time ele é?").
+
+    Why: alone, "which services did it hit" names no incident; the graph's patterns could not fill
+    it, and the planner matched it to no source that holds incidents.
+    """
+    config = _file()
+    things = {fold(w) for w in config.back_pronouns}
+    either = {fold(w) for w in config.pointing_pronouns}
+    persons = [fold(w) for w in config.person_openers]
+    out = list(pieces)
+    for i in range(1, len(out)):
+        said = re.findall(r"\w+", fold(out[i]))
+        before = out[i - 1]
+        asked = re.findall(r"\w+", fold(before))
+        named = list(dict.fromkeys(masker.named(before)))
+        if masker.named(out[i]) or len(named) != 1:
+            continue
+        pronouns = things if any(phrase_starts(asked, p.split()) for p in persons) else things | either
+        at = next((k for k, w in enumerate(said) if w in pronouns), None)
+        if at is not None:
+            words_ = re.findall(r"\S+", out[i])
+            spots = [k for k, w in enumerate(words_) if fold(re.sub(r"\W", "", w)) == said[at]]
+            if spots:
+                words_[spots[0]] = named[0]
+                out[i] = " ".join(words_)
+    return out
+
+
 def route(question: str, services: Services, *, embeddings: Embeddings | None = None,
           index: VocabularyIndex | None = None) -> Route:
     """The vocabulary match of `question` (see the module docstring); never calls an LLM."""
     m = _file().matching
     index = index or vocabulary_index(services, embeddings)
     model = embeddings or _default_embeddings()
-    texts = [question, *parts(question, stop=index.stop)]
+    written = parts(question, stop=index.stop)
+    texts = [question, *resolved(written, index.masker)]
     matches: list[Match] = []
-    for text in texts:
+    for text, said in zip(texts, [question, *written], strict=True):
         masked = index.masker.mask(text)
         vector = model.embed_query(masked)
         found = evidence(text, services) if m.evidence_offset is not None else {}
@@ -727,7 +782,11 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         quiet = silent(text, services)
         ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
         ranked = _handed_over(ranked, deferring(text, services) - quiet)
-        lead = rule_lead(vector, model) if _may_be_rule(masked) else None
+        # whether a part asks what a rule sets is read as the user wrote it: "quanto ele recebe por
+        # semana de plantão" asks the rule, whoever "ele" is
+        as_said = masked if said == text else index.masker.mask(said)
+        lead = rule_lead(vector if said == text else model.embed_query(as_said), model) \
+            if _may_be_rule(as_said) else None
         matches.append(_rule_or_decide(text, ranked, m, lead))
         if matches[1:]:  # a part of the question (the whole's requirements are `Route.required`)
             matches[-1].required = required(text, services)

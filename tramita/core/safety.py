@@ -35,11 +35,12 @@ from pydantic import BaseModel, ConfigDict
 from tools.registry_models import load_model
 from tramita.base.logmask import get_logger
 from tramita.base.paths import POLICIES_DIR
-from tramita.base.text import fold, is_question
+from tramita.base.text import STEM, fold, is_question, stems, words
 from tramita.core.lexicon import is_polite_request, lexicons
 
 if TYPE_CHECKING:
     from graph.context import Context
+    from tools.registry_models import ToolSpec
     from tools.services import Services
 
 log = get_logger("tramita.safety")
@@ -244,7 +245,7 @@ def write_request(text: str, data: DataSource = None) -> tuple[WriteKind, str] |
         if callable(data):
             data = data()
         data = data or DataVocabulary()
-        if _contains(rest, store | data.tables):
+        if _contains(_common_words(raw), store | data.tables):
             return "store", raw.strip()
         if changing and found is None and (_ID.search(raw) or _contains(rest, data.objects | data.names)):
             found = ("data", raw.strip())
@@ -252,6 +253,14 @@ def write_request(text: str, data: DataSource = None) -> tuple[WriteKind, str] |
 
 
 # ----------------------------------------------------------------------------------- screening
+
+def _common_words(clause: str) -> str:
+    """The clause's folded words less those capitalised after its first: a store word written as a
+    name ("o orçamento do time de Dados", "the Data team's budget") names a team, not the store.
+    """
+    said = clause.split()
+    return " ".join(fold(w) for i, w in enumerate(said) if i == 0 or not w[:1].isupper())
+
 
 def _variants(text: str) -> list[str]:
     """The raw text (for SQL/Cypher syntax) and its folded form (accents and case removed)."""
@@ -307,5 +316,23 @@ def business_tool_matches(text: str, ctx: Context, services: Services) -> bool:
     spec = services.registry.get(match.best, ctx.tenant)
     takes_id = any(kind_of(p) == "id" for p in spec.properties.values())
     if takes_id:
-        return carries_value(spec, text, services)
+        if carries_value(spec, text, services):
+            return True
+        # no record yet and the tool's own verb ("raise the severity of an incident": the id comes
+        # in the next turn); a record named otherwise ("raise Bianca's limit") is not the tool's,
+        # and a near match with another verb ("apaga uma despesa" near approve_expense) is not either
+        return (match.decision in ("clear", "denied") and _own_verb(text, spec)
+                and not names_record(text, data_vocabulary(services)))
     return match.decision in ("clear", "denied")
+
+
+def names_record(text: str, data: DataVocabulary) -> bool:
+    """Whether `text` names a stored record: an id, or a person, team or service the references know."""
+    return _ID.search(text) is not None or _contains(" ".join(words(text)), data.names)
+
+
+def _own_verb(text: str, spec: ToolSpec) -> bool:
+    """Whether a change verb of `text` is a word of the tool's own description or examples."""
+    change = _word_classes()[0]
+    said = {w[:STEM] for w in words(text) if change.match(w)}
+    return bool(said & stems(" ".join([spec.description, spec.short_description, *spec.examples])))
