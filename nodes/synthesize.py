@@ -519,7 +519,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
                 _with_attribute(rows, labels)
             items = "; ".join(figures) if figures else ", ".join(labels)
-            answer = _rows_said(answer, items, lang, sole=not named and _sole_source(contexts, c))
+            # an answer that writes other cells of the rows (who approved each) read them
+            reads_cells = any(_writes(folded, v) for r in rows for v in r.values() if isinstance(v, str) and v.strip())
+            answer = _rows_said(answer, items, lang, sole=not named and not reads_cells and _sole_source(contexts, c))
             folded = fold(answer)
     return answer
 

@@ -635,3 +635,13 @@ def test_a_passage_table_reaches_the_model_row_by_row() -> None:
     assert "|" not in out and "Solução: 20 min" not in out
     # a line with pipes but no rule under it is no table
     assert tables_as_lines("a | b | c\n| x | y |") == "a | b | c\n| x | y |"
+
+
+def test_an_answer_that_reads_other_cells_of_the_rows_keeps_its_text() -> None:
+    """Written for this test: "who approved the expenses of X?" answered with the approvers, not the
+    expense ids the list is labelled by. The answer read the rows: the list follows it."""
+    rows = [{"expenses.expense_id": f"EXP-09{i}", "approver.full_name": name}
+            for i, name in ((1, "Lia Ramos"), (2, "Teo Brás"), (3, "Lia Ramos"))]
+    answer = "Lia Ramos e Teo Brás aprovaram as despesas."
+    out = complete_list(answer, [{"backend": "sql", "rows": rows}], "pt", "Quem aprovou as despesas do Zé?")
+    assert out.startswith(answer) and "EXP-091" in out

@@ -844,11 +844,13 @@ class SemanticLayer:
         own = [fold(w) for w in self._entity_words(base)]
         renamed: dict[str, str] = {}
         spent: set[int] = set()
+        keyed = {r.column: j for j, r in ent.joins.items()}  # "tickets.assignee_id = 'Ana'": the assignee
         for name, op, value in q.filters:
             role, _, member = name.partition(".")
-            join = ent.joins.get(role)
+            by_key = role == base and member in keyed
+            join = ent.joins.get(keyed[member] if by_key else role)
             target = join.entity if join is not None else role if role in self.spec.entities and role != base else None
-            if op != "=" or not isinstance(value, str) or target is None or member != self.label_of(target):
+            if op != "=" or not isinstance(value, str) or target is None or not (by_key or member == self.label_of(target)):
                 continue
             at = phrase_starts(words, fold(value).split())
             if not at:
@@ -860,8 +862,8 @@ class SemanticLayer:
             default = [j for j, r in roles.items() if r.default]
             of_own = any(_ends_with(before, f"{w} {prep}") for w in own for prep in ("of", "de", "da", "do", "das", "dos"))
             pick = said[0] if len(said) == 1 else default[0] if not said and of_own and len(default) == 1 else None
-            if pick is not None and pick != role:
-                renamed[name] = f"{pick}.{member}"
+            if pick is not None and pick != (keyed[member] if by_key else role):
+                renamed[name] = f"{base}.{ent.joins[pick].column}" if by_key else f"{pick}.{member}"
             if len(said) == 1:  # the role's words are spent on it ("abertos pela X" is no status "open")
                 longest = max(len(fold(p).split()) for p in phrases[said[0]])
                 width = longest if any(_says(before[-longest:], p) for p in phrases[said[0]]) else longest + 1
@@ -872,10 +874,11 @@ class SemanticLayer:
                   and not self._said(dim[3], v, {w for i, w in enumerate(words) if i not in spent}, set())}
         if not renamed and not unsaid:
             return q, [], []
-        q = QueryObject(q.expressible, list(q.measures), [renamed.get(d, d) for d in q.dimensions], list(q.segments),
+        # only the filters move: a column the model chose to show stays its choice
+        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments),
                         [(renamed.get(f, f), o, v) for f, o, v in q.filters if (f, v) not in unsaid],
-                        [(renamed.get(f, f), d) for f, d in q.order], q.limit)
-        notes = [*(f"{old} written as {new} (the role the question's words before the value name)"
+                        list(q.order), q.limit)
+        notes = [*(f"filter {old} written as {new} (the role the question's words before the value name)"
                    for old, new in renamed.items()),
                  *(f"filter {f} = {v!r} (its word is the role's: {', '.join(sorted(renamed.values()))})"
                    for f, v in sorted(unsaid))]
@@ -1842,7 +1845,9 @@ class SemanticLayer:
         for f, op, _ in filters:
             found = self._dimension(f)
             if op == "=" and found is not None and self.kind(found[1], found[2]) == "string" and not found[3].values:
-                out.add(found[1])
+                # a join's key ("tickets.requester_id = 'Ana'") names a row of the entity it points at
+                pointed = [j.entity for j in self.spec.entities[found[1]].joins.values() if j.column == found[2]]
+                out.add(pointed[0] if pointed else found[1])
         return out
 
     def _segment_values(self, text: str) -> set[str]:
