@@ -844,13 +844,14 @@ class SemanticLayer:
         own = [fold(w) for w in self._entity_words(base)]
         renamed: dict[str, str] = {}
         spent: set[int] = set()
-        keyed = {r.column: j for j, r in ent.joins.items()}  # "tickets.assignee_id = 'Ana'": the assignee
         for name, op, value in q.filters:
             role, _, member = name.partition(".")
-            by_key = role == base and member in keyed
-            join = ent.joins.get(keyed[member] if by_key else role)
+            # "tickets.assignee_id = 'Ana'" names the assignee through the join's key column
+            on_key = self._joins_on(base, member) if role == base and member in ent.dimensions else []
+            current = on_key[0][0] if on_key else role
+            join = ent.joins.get(current)
             target = join.entity if join is not None else role if role in self.spec.entities and role != base else None
-            if op != "=" or not isinstance(value, str) or target is None or not (by_key or member == self.label_of(target)):
+            if op != "=" or not isinstance(value, str) or target is None or not (on_key or member == self.label_of(target)):
                 continue
             at = phrase_starts(words, fold(value).split())
             if not at:
@@ -862,8 +863,8 @@ class SemanticLayer:
             default = [j for j, r in roles.items() if r.default]
             of_own = any(_ends_with(before, f"{w} {prep}") for w in own for prep in ("of", "de", "da", "do", "das", "dos"))
             pick = said[0] if len(said) == 1 else default[0] if not said and of_own and len(default) == 1 else None
-            if pick is not None and pick != (keyed[member] if by_key else role):
-                renamed[name] = f"{base}.{ent.joins[pick].column}" if by_key else f"{pick}.{member}"
+            if pick is not None and pick != current:
+                renamed[name] = f"{base}.{ent.joins[pick].column}" if on_key else f"{pick}.{member}"
             if len(said) == 1:  # the role's words are spent on it ("abertos pela X" is no status "open")
                 longest = max(len(fold(p).split()) for p in phrases[said[0]])
                 width = longest if any(_says(before[-longest:], p) for p in phrases[said[0]]) else longest + 1
@@ -1846,8 +1847,8 @@ class SemanticLayer:
             found = self._dimension(f)
             if op == "=" and found is not None and self.kind(found[1], found[2]) == "string" and not found[3].values:
                 # a join's key ("tickets.requester_id = 'Ana'") names a row of the entity it points at
-                pointed = [j.entity for j in self.spec.entities[found[1]].joins.values() if j.column == found[2]]
-                out.add(pointed[0] if pointed else found[1])
+                pointed = self._joins_on(found[1], found[2])
+                out.add(pointed[0][1].entity if pointed else found[1])
         return out
 
     def _segment_values(self, text: str) -> set[str]:
