@@ -424,6 +424,32 @@ def test_a_deferring_backend_gives_its_place_and_score_to_the_other_record_store
     assert ph._handed_over([("sql", 0.9), ("graph", 0.8)], {"graph"}) == [("sql", 0.9)]
 
 
+def test_a_field_phrase_is_a_backends_own_only_when_no_other_vocabulary_uses_its_words() -> None:
+    """Pure logic: "comandante" is in no other backend's texts, so it is the database's own; "tier"
+    is in the graph's too, and a phrase of function words alone names nothing."""
+    vocab = {"sql": ["incidents: severity, commander"], "graph": ["services by tier", "chain of command"],
+             "docs": ["Política de viagens"]}
+    fields = {"sql": ["comandante", "tier", "de", "tempo de resolução"]}
+    own = ph._own_fields(vocab, fields, frozenset({"de"}))
+    assert own == {"comandante": "sql", "tempo de resolucao": "sql"}
+    index = ph.VocabularyIndex("r", None, {}, frozenset(), ph.Masker({}), frozenset(), own_fields=own)  # type: ignore[arg-type]
+    assert index.claim("Quem foi o comandante do INC-1?") == ("sql", {"coman"})
+    assert index.claim("Qual o tier do serviço?") is None
+
+
+def test_a_field_only_the_database_holds_takes_the_graphs_place(novaops_services: Any) -> None:
+    """Written for this test, real e5 and the ingested stores. An incident's commander is a column of
+    the database and nothing the graph holds; the incident id alone drew "quem foi o comandante"
+    to the graph, whose query then answered with the incident's services. A question that also
+    says a word of the graph's own (on call) keeps the graph."""
+    for question in ("Quem foi o comandante do INC-2012?", "Who was the commander of INC-2040?"):
+        routed = ph.route(question, novaops_services)
+        assert "graph" not in [n for n, _ in routed.matches[0].ranked], (question, routed.trace())
+        assert (routed.chosen or routed.best or routed.candidates[:1]) == ["sql"], (question, routed.trace())
+    kept = ph.route("Quem está de plantão no payments-api na semana 2026-W20 e qual o cargo dele?", novaops_services)
+    assert "graph" in [n for n, _ in kept.matches[0].ranked], kept.trace()
+
+
 def test_a_one_join_relation_is_planned_for_the_database_and_a_deeper_one_for_the_graph(
         novaops_services: Any) -> None:
     """Written for this test, real e5, patterns and stores. A person's manager or direct reports,

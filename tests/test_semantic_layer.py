@@ -378,6 +378,63 @@ def test_settle_drops_a_filter_that_only_names_its_column(layer: SemanticLayer, 
     assert kept.filters == [("employees.office_city", "=", "Recife")]
 
 
+def test_settle_counts_the_entity_the_question_names_not_a_link_table(layer: SemanticLayer, tool: SQLTool,
+                                                                     novaops: Path) -> None:
+    """Written for this test. "Quantos colaboradores trabalham em Porto?" filled as the distinct
+    people of the project staffing counts only the people on a project: the question never names
+    the staffing, so the people are counted. A question that names the staffing, or a filter on
+    the staffing's other join, keeps the fill."""
+    filled = {"measures": ["project_members.count_distinct_employee_id"],
+              "filters": [{"field": "employee.office_city", "op": "=", "value": "Porto"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quantos colaboradores trabalham em Porto?")
+    assert settled.measures == ["employees.count"] and any("counted as" in n for n in notes)
+    gold = _rows(novaops, "SELECT COUNT(*) FROM employees WHERE office_city = 'Porto'")
+    assert results_match(gold, _answer(layer, tool, settled), ordered=False, strict=True)
+    kept, _ = layer.settle(layer.parse(filled), "How many people of Porto are allocated to projects?")
+    assert kept.measures == ["project_members.count_distinct_employee_id"]
+    project = {"measures": ["project_members.count_distinct_employee_id"],
+               "filters": [{"field": "project.name", "op": "=", "value": "Ledger v2"}]}
+    on_project, _ = layer.settle(layer.parse(project), "Quantos colaboradores trabalham no Ledger v2?")
+    assert on_project.measures == ["project_members.count_distinct_employee_id"]
+
+
+def test_settle_shows_the_role_a_who_question_asks_for_beside_a_figure(layer: SemanticLayer, tool: SQLTool,
+                                                                     novaops: Path) -> None:
+    """Written for this test. "Quem lidera os projetos ativos e qual o orçamento total?" filled with
+    the total alone leaves out the person asked for: the role the question names is shown, one
+    group per person. Without a who-word nothing is added."""
+    filled = {"measures": ["projects.sum_budget_usd"],
+              "filters": [{"field": "projects.status", "op": "=", "value": "active"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quem lidera os projetos ativos e qual o orçamento total?")
+    assert settled.dimensions == ["lead.full_name"] and notes
+    gold = _rows(novaops, "SELECT e.full_name, SUM(p.budget_usd) FROM projects p JOIN employees e "
+                          "ON e.employee_id = p.lead_id WHERE p.status = 'active' GROUP BY e.full_name")
+    assert results_match(gold, _answer(layer, tool, settled), ordered=False, strict=True)
+    plain, _ = layer.settle(layer.parse(filled), "Qual o orçamento total dos projetos ativos?")
+    assert plain.dimensions == []
+
+
+def test_settle_reads_figures_over_one_record_as_its_columns(layer: SemanticLayer, tool: SQLTool,
+                                                             novaops: Path) -> None:
+    """Written for this test. An average over the one project a name fixes is that project's
+    column, shown only when the question names it; the columns and roles the question names are
+    shown instead ("quando ele termina": the end date; "quem lidera": the lead). Over several
+    records the figure stays."""
+    filled = {"measures": ["projects.avg_budget_usd"],
+              "filters": [{"field": "projects.name", "op": "=", "value": "Ledger v2"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Quem lidera o Ledger v2 e quando ele termina?")
+    assert settled.measures == [] and set(settled.dimensions) == {"lead.full_name", "projects.end_date"}, notes
+    gold = _rows(novaops, "SELECT e.full_name, p.end_date FROM projects p JOIN employees e "
+                          "ON e.employee_id = p.lead_id WHERE p.name = 'Ledger v2'")
+    assert results_match(gold, _answer(layer, tool, settled), ordered=False, strict=True)
+    budget, _ = layer.settle(layer.parse(filled), "What is the project budget of Ledger v2?")
+    assert budget.measures == [] and budget.dimensions == ["projects.budget_usd"]
+    several = {"measures": ["projects.avg_budget_usd"],
+               "filters": [{"field": "projects.status", "op": "=", "value": "active"}]}
+    kept, _ = layer.settle(layer.parse(several), "What is the average budget of the active projects?")
+    assert kept.measures == ["projects.avg_budget_usd"]
+
+
 def test_settle_lists_records_in_their_own_order(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """Written for this test. A list that names no order reads by the date a period is on ("hired
     in 2024": by hire date), else by the records' key; before, it read by its first column (names
@@ -2399,6 +2456,24 @@ def test_names_beyond_tells_a_column_or_role_a_fixed_query_does_not_hold(novaops
     assert layer.names_beyond(members, "Who works on the Atlas project, and in which role?") == []
     # the parameter's own words: a team named "Cost Center Ops" names no cost center
     assert layer.names_beyond(owner, "Which team owns cost center ops?", ("cost center ops",)) == []
+
+
+def test_names_beyond_tells_a_said_value_and_a_column_of_the_row_a_key_filter_names(novaops: Path) -> None:
+    """Written for this test: a fixed query that shows a team's services with their status, filtered
+    on the team only, does not hold "which of them are degraded" (the reader would have to pick the
+    rows); one filtered on a project's key reaches that project, whose budget it does not show. A
+    value the query filters on is held."""
+    layer = layer_for(MODEL, SQLTool(f"sqlite:///{novaops}"))
+    services = {"dimensions": ["services.service_id", "services.status"],
+                "filters": [{"field": "services.owner_team_id", "op": "=", "value": "T01"}]}
+    assert layer.names_beyond(services, "Quais serviços do time Borda estão degradados?") == ["services.status = degraded"]
+    assert layer.names_beyond(services, "Which services does the Edge team own?") == []
+    held = {**services, "filters": [*services["filters"], {"field": "services.status", "op": "=", "value": "degraded"}]}
+    assert layer.names_beyond(held, "Quais serviços do time Borda estão degradados?") == []
+    members = {"dimensions": ["employee.full_name"],
+               "filters": [{"field": "project_members.project_id", "op": "=", "value": "PRJ-1"}]}
+    assert "projects.budget_usd" in layer.names_beyond(members, "Who works on Atlas, and what is the project budget?")
+    assert layer.names_beyond(members, "Who works on Atlas?") == []
 
 
 def test_a_figure_of_one_record_named_by_its_key_is_the_databases(novaops: Path) -> None:

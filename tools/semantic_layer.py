@@ -973,6 +973,10 @@ class SemanticLayer:
         roles_text = " " + " ".join(_without_phrases(written, folded_cues().row_references)) + " "
         said = re.findall(r"\w+", fold(_without_agent_cues(question)))
         q, dropped_roles = self._reachable_roles(q, roles_text)
+        q, recounted = self._counted_entity(q, roles_text)
+        dropped_roles += recounted
+        q, one = self._one_record_figures(q, roles_text)
+        dropped_roles += one
         q, by_words, spent = self._roles_said_before(q, written)
         dropped_roles += by_words
         said = _without_phrases(said, spent)  # "abertos pela X" says no status "open" to what follows
@@ -1135,6 +1139,13 @@ class SemanticLayer:
             grouped = self._named_breakdown(q, measures, kept, tokens)
             kept += grouped
             dropped += [f"{g} added (the question asks for the figure per {g.split('.', 1)[1]})" for g in grouped]
+        if measures and not kept and folded_cues().person & set(tokens):
+            # "who leads P, and what is its budget?" filled with the budget alone: the person the
+            # question asks for is the role it names, one group per person
+            roles = self._named_roles(measures[:1], roles_text, q.filters, segments)
+            if roles and self._groups(q, measures, roles):
+                kept = roles
+                dropped += [f"{r} added (the question asks who: the role {r.split('.', 1)[0]})" for r in roles]
         if measures and kept and folded_cues().person & set(tokens):
             # "who approved the most expensive …" grouped by the approver's key: the person, by name
             named = self._key_labels(kept)
@@ -1226,6 +1237,84 @@ class SemanticLayer:
                                  for k in kept if GRAIN_SEP not in k):
             return []  # none, several, or that column already groups under another name
         return found if self._groups(q, measures, [*kept, *found]) else []
+
+    def _one_record_figures(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
+        """Sums, averages and extremes over one record (an `=` filter on its entity's key or label)
+        read as that record's columns, kept only where the question (`text`: spaced, folded) names
+        them: a list, which then shows the columns and roles the question names. "Quem lidera o
+        projeto P e quando ele termina?" filled with P's average budget, and "quem comandou o INC-…"
+        filled with its times to resolve, answered with figures nobody asked for.
+        """
+        if not q.measures:
+            return q, []
+        base = q.measures[0].split(".", 1)[0]
+        ent = self.spec.entities.get(base)
+        if ent is None:
+            return q, []
+        keys = {f"{base}.{k}" for k in (ent.primary_key, self.label_of(base)) if k}
+        if not any(o == "=" and f in keys for f, o, _ in q.filters):
+            return q, []
+        columns: list[str] = []
+        for name in q.measures:
+            entity, _, mname = name.partition(".")
+            measure = ent.measures.get(mname) if entity == base else None
+            if measure is None or measure.agg not in ("sum", "avg", "min", "max") or not measure.column:
+                return q, []
+            member = next((m for m, d in ent.dimensions.items() if (d.column or m) == measure.column), None)
+            if member is not None and (self._said_column(base, member, text)
+                                       or any(_has(text, w) for w in measure.synonyms)):
+                columns.append(f"{base}.{member}")
+        # the record's other columns the question names ("e quando ele termina": the end date)
+        filtered = {f for f, _, _ in q.filters}
+        columns += [f"{base}.{m}" for m in ent.dimensions if f"{base}.{m}" not in keys | filtered
+                    and not self._joins_on(base, m) and self._said_column(base, m, text)]
+        columns = list(dict.fromkeys(columns))
+        dimensions = list(dict.fromkeys([*q.dimensions, *columns]))
+        if not dimensions:
+            return q, []
+        listed = QueryObject(q.expressible, [], dimensions, list(q.segments), list(q.filters),
+                             [(f, d) for f, d in q.order if f not in q.measures], q.limit)
+        try:
+            self.plan(listed)
+        except SemanticQueryError:
+            return q, []
+        return listed, [f"{', '.join(q.measures)} over one record: its columns the question names "
+                        f"({', '.join(columns) or 'none'})"]
+
+    def _counted_entity(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
+        """A lone distinct count of a join key, over an entity the question (`text`: spaced, folded)
+        never names, counted on the key's target entity, which it names: "quantos colaboradores
+        trabalham em Lisboa" filled as the project staffing's distinct people counts only the people
+        on a project. Only when every filter is on the target's own fields or through that join.
+        """
+        if len(q.measures) != 1:
+            return q, []
+        base, _, mname = q.measures[0].partition(".")
+        ent = self.spec.entities.get(base)
+        measure = ent.measures.get(mname) if ent is not None else None
+        if ent is None or measure is None or measure.agg != "count_distinct" or _mentions(text, ent, base):
+            return q, []
+        role, join = next(((r, j) for r, j in ent.joins.items() if j.column == measure.column), (None, None))
+        if join is None or not _mentions(text, self.spec.entities[join.entity], join.entity):
+            return q, []
+        count = next((f"{join.entity}.{n}" for n, m in self.spec.entities[join.entity].measures.items()
+                      if m.agg == "count"), None)
+        names = [*(f for f, _, _ in q.filters), *q.segments, *q.dimensions,
+                 *(f for f, _ in q.order if f != q.measures[0])]
+        if count is None or not {n.split(".", 1)[0] for n in names} <= {role, join.entity}:
+            return q, []
+
+        def moved_name(name: str) -> str:
+            return f"{join.entity}.{name.split('.', 1)[1]}"
+
+        moved = QueryObject(q.expressible, [count], [moved_name(d) for d in q.dimensions],
+                            [moved_name(s) for s in q.segments], [(moved_name(f), o, v) for f, o, v in q.filters],
+                            [(moved_name(f) if f != q.measures[0] else count, d) for f, d in q.order], q.limit)
+        try:
+            self.plan(moved)
+        except SemanticQueryError:
+            return q, []
+        return moved, [f"{q.measures[0]} counted as {count} (the question names {join.entity}, not {base})"]
 
     def _groups(self, q: QueryObject, measures: list[str], dimensions: list[str]) -> bool:
         """Whether `measures` grouped by `dimensions` under `q`'s segments and filters plans."""
@@ -3357,10 +3446,11 @@ class SemanticLayer:
         text = _spaced(question)
         for surface in taken:
             text = text.replace(_spaced(surface), " ")
-        fields = [*query.get("dimensions", ()), *(f["field"] for f in query.get("filters", ())),
-                  *(o["field"] for o in query.get("order", ()))]
+        filtered = [f["field"] for f in query.get("filters", ())]
+        fields = [*query.get("dimensions", ()), *filtered, *(o["field"] for o in query.get("order", ()))]
         covered: set[tuple[str, str]] = set()
         roles: set[str] = set()
+        keyed: set[str] = set()  # the entities a filter on a join key names a row of
         for name in fields:
             found = self._dimension(name)
             if found is None:
@@ -3369,9 +3459,13 @@ class SemanticLayer:
             covered.add((entity, member))
             if prefix != entity:
                 roles.add(prefix)
-        entities = {e for e, _ in covered} | {e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)}
+            if name in filtered:
+                keyed |= {j.entity for _, j in self._joins_on(entity, member)}
+        entities = ({e for e, _ in covered} | keyed
+                    | {e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)})
         # a word a shown column answers to ("role": the member's role on the project) names no
         # other entity's column of that name
+        bounds = {found[1:3] for found in map(self._dimension, filtered) if found is not None}
         answered = {fold(w) for e, m in covered for w in _column_words(m, self.spec.entities[e].dimensions[m])}
         out: list[str] = []
         for ename in sorted(entities):
@@ -3381,6 +3475,10 @@ class SemanticLayer:
                     and any(_has(text, w) for w in _column_words(m, d) if fold(w) not in answered)]
             out += [f"{ename}.{role}" for role, j in ent.joins.items()
                     if role not in roles and j.column not in columns and _role_said(text, role, j)]
+            # a value said ("degraded") of a column the query shows but does not filter on: a
+            # condition the fixed query leaves to the reader
+            out += [f"{ename}.{m} = {stored}" for m, d in ent.dimensions.items() if (ename, m) not in bounds
+                    for stored, syns in d.values.items() if any(_has(text, w) for w in [stored, *syns])]
         return out
 
     def compares_rows(self, question: str, asked: set[str]) -> bool:

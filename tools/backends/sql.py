@@ -174,6 +174,12 @@ class SQLBackend:
 
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
+    def field_words(self, services: Services) -> list[str]:
+        """The words naming the columns and join roles the database holds (the semantic model's)."""
+        from tools.backends.vocabulary import semantic_model_fields
+
+        return semantic_model_fields(services.settings.semantic_model_file())
+
 
 def _layer(services: Services) -> SemanticLayer | None:
     """The semantic layer, or None when the model file cannot be read (what needs it is then skipped;

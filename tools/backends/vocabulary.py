@@ -90,6 +90,23 @@ def _pattern_texts(path: Path) -> list[str]:
     return list(dict.fromkeys(t for p in load_patterns(path).patterns for t in p.embedding_texts()))
 
 
+def semantic_model_fields(path: Path) -> list[str]:
+    """The words the semantic model names its columns and join roles by ("comandante", "email"):
+    what a question asks to see of a record, as against the records it names.
+    """
+    return _cached("fields", path, _field_texts)
+
+
+def _field_texts(path: Path) -> list[str]:
+    from tools.semantic_model import load_semantic_model
+
+    out: list[str] = []
+    for ent in load_semantic_model(path).entities.values():
+        out += [w for d in ent.dimensions.values() for w in d.synonyms]
+        out += [w for j in ent.joins.values() for w in j.synonyms]
+    return list(dict.fromkeys(w for w in out if w.strip()))
+
+
 def semantic_units(path: Path) -> dict[str, str]:
     """Column and measure name → unit ("amount_usd" → "USD", "avg_minutes_to_ack" → "minutes"),
     as the semantic model declares them; answers take their units from here, never from a guess.

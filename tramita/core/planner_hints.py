@@ -265,6 +265,21 @@ class VocabularyIndex:
     masker: Masker
     stop: frozenset[str]
     sizes: dict[str, int] = field(default_factory=dict)
+    # folded field phrase → the only backend that holds it: none of its words is in another
+    # backend's vocabulary (`field_words`)
+    own_fields: dict[str, str] = field(default_factory=dict)
+    stems: dict[str, frozenset[str]] = field(default_factory=dict)  # backend → its vocabulary's stems
+
+    def claim(self, text: str) -> tuple[str, set[str]] | None:
+        """(the one backend whose own field words `text` says, the stems of those words): "quem foi
+        o comandante do INC-…" asks for a field only the database holds. None when no backend's or
+        several backends' field words are said.
+        """
+        spaced = f" {_spaced(text)} "
+        said = {phrase: b for phrase, b in self.own_fields.items() if f" {phrase} " in spaced}
+        if len(set(said.values())) != 1:
+            return None
+        return next(iter(said.values())), {_stem(w) for phrase in said for w in phrase.split()}
 
 
 _LOCK = threading.Lock()
@@ -285,6 +300,44 @@ def vocabularies(services: Services) -> dict[str, list[str]]:
             except Exception as exc:  # noqa: BLE001 - a broken source narrows the plan, never fails the turn
                 log.warning("planner: %s vocabulary unavailable: %s", name, exc)
         out[name] = list(dict.fromkeys(texts))
+    return out
+
+
+def _spaced(text: str) -> str:
+    """The folded words of `text`, one space apart."""
+    return " ".join(re.findall(r"\w+", fold(text)))
+
+
+def field_words(services: Services) -> dict[str, list[str]]:
+    """Each backend's `field_words(services)` (a backend without the hook, or whose data cannot be
+    read, has none).
+    """
+    out: dict[str, list[str]] = {}
+    for name, backend in BACKENDS.items():
+        hook: Callable[[Services], list[str]] | None = getattr(backend, "field_words", None)
+        if hook is None:
+            continue
+        try:
+            out[name] = [w for w in hook(services) if w and w.strip()]
+        except Exception as exc:  # noqa: BLE001 - no field words: the vocabulary still plans
+            log.warning("planner: %s field words unavailable: %s", name, exc)
+    return out
+
+
+def _own_fields(vocab: Mapping[str, list[str]], fields: Mapping[str, list[str]], stop: frozenset[str]
+                ) -> dict[str, str]:
+    """Folded field phrase → its backend, for the phrases none of whose content words another
+    backend's vocabulary uses (function words alone name nothing).
+    """
+    used = {name: {w for t in texts for w in _spaced(t).split()} for name, texts in vocab.items()}
+    out: dict[str, str] = {}
+    for name, phrases in fields.items():
+        others = set().union(*(ws for n, ws in used.items() if n != name))
+        for phrase in phrases:
+            words = _spaced(phrase).split()
+            content = {w for w in words if w not in stop}
+            if content and not others & content:
+                out[" ".join(words)] = name
     return out
 
 
@@ -407,11 +460,14 @@ def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -
     from tools.registry_index import ToolIndex
 
     vocab = vocabularies(services)
+    fields = field_words(services)
     masker = _masker(services)
     model = getattr(embeddings, "model_name", None) or ("default" if embeddings is None else type(embeddings).__name__)
     digest = hashlib.sha256(f"{model}\n{masker.signature}\n".encode())
     for name, texts in vocab.items():
         digest.update(f"\n#{name}\n".encode() + "\n".join(texts).encode())
+    for name, texts in fields.items():
+        digest.update(f"\n#{name} fields\n".encode() + "\n".join(texts).encode())
     revision = digest.hexdigest()[:24]
     with _LOCK:
         hit = _INDEXES.get(revision)
@@ -433,7 +489,8 @@ def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -
     exclusive = {w: next(iter(names)) for w, names in owners.items() if len(names) == 1}
     built = VocabularyIndex(revision, ToolIndex.build(revision, groups), exclusive,
                             _document_kinds(vocab.get("docs", []), masker, stop), masker, stop,
-                            {n: len(t) for n, t in vocab.items()})
+                            {n: len(t) for n, t in vocab.items()}, _own_fields(vocab, fields, stop),
+                            {n: frozenset(w for w, names in owners.items() if n in names) for n in vocab})
     with _LOCK:
         if len(_INDEXES) >= 4:
             _INDEXES.clear()
@@ -781,7 +838,18 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
         ranked = _scores(index, vector, index.masker.words(text, index.stop), m, found)
         quiet = silent(text, services)
         ranked = [(n, sc) for n, sc in ranked if n not in quiet] or ranked
-        ranked = _handed_over(ranked, deferring(text, services) - quiet)
+        defer = deferring(text, services) - quiet
+        claim = index.claim(text)
+        if claim is not None and stands_in(claim[0]):
+            # a field only one record store holds, and no other word another record store uses: it
+            # takes that store's place ("quem foi o comandante do INC-…", near the graph's incidents
+            # by the id alone); "quem está de plantão …, e qual o cargo dele" keeps the graph, whose
+            # words name what the database does not hold
+            rest = index.masker.words(text, index.stop) - claim[1]
+            own = index.stems.get(claim[0], frozenset())
+            defer |= {n for n, _ in ranked if n != claim[0] and stands_in(n)
+                      and not rest & (index.stems.get(n, frozenset()) - own)}
+        ranked = _handed_over(ranked, defer)
         # whether a part asks what a rule sets is read as the user wrote it: "quanto ele recebe por
         # semana de plantão" asks the rule, whoever "ele" is
         as_said = masked if said == text else index.masker.mask(said)
@@ -844,5 +912,7 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     # a close part that points back takes its best candidate no clear part has won
     won = {x.best for x in pieces if x.decision == "clear"}
     tops = {(x.pointing_candidates(won) or [x.ranked[0][0]])[0] for x in pieces if x.ranked and x.decision != "none"}
-    best = [n for n in names if n in tops | set(needed)] if len(tops) > 1 else []
+    # parts that agree on one source take it (with any source the whole question's words require),
+    # whichever source the whole question ranked first
+    best = [n for n in names if n in tops | set(needed)] if tops else []
     return Route("close", [], ordered, matches, "close backends: the LLM decides", needed, best, relation_only, alone)
