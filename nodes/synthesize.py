@@ -512,6 +512,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
                 answer = f"{answer}\n{say('figures', lang, items=items)}"
                 folded = fold(answer)
             continue
+        if not named and _named_by_other_column(rows, folded):
+            continue  # the answer names each row by another of its columns (the people, not their ids)
         # none named and no count of them stated: the answer did not read the result ("no service
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
@@ -524,6 +526,19 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
             answer = _rows_said(answer, items, lang, sole=not named and not reads_cells and _sole_source(contexts, c))
             folded = fold(answer)
     return answer
+
+
+def _named_by_other_column(rows: list[dict[str, Any]], folded: str) -> bool:
+    """Whether the (folded) answer writes every value of a text column other than the label column,
+    one distinct value per row: "Inês, Daniela and Natália" over rows whose label column is the
+    members' ids.
+    """
+    label = _label_column(rows)
+    for column in (c for c in rows[0] if c != label and _text_column(rows, c)):
+        values = {str(r[column]).strip() for r in rows}
+        if len(values) == len(rows) and all(_writes(folded, v) for v in values):
+            return True
+    return False
 
 
 def _sole_source(contexts: list[dict[str, Any]], context: dict[str, Any]) -> bool:
@@ -562,6 +577,8 @@ def name_records(answer: str, contexts: list[dict[str, Any]], lang: str, questio
                     and all(isinstance(v, str) and _RECORD_CODE.fullmatch(v.strip()) for v in values)):
                 continue
             ids = list(dict.fromkeys(str(v).strip() for v in values))
+            if len(rows) > 1 and len(ids) == 1:
+                break  # the one record every row shares (the project whose members are listed)
             if not any(re.search(rf"(?<![\w-]){re.escape(fold(v))}(?![\w-])", folded) for v in ids):
                 answer = f"{answer}\n{say('records', lang, items=', '.join(ids))}"
                 folded = fold(f"{answer} {question or ''}")

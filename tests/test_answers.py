@@ -556,6 +556,27 @@ def test_an_answer_about_records_it_does_not_name_gets_their_ids() -> None:
     assert name_records("Two requests, for 5 and 7.", [two], "en").endswith("Records: BQ-0007, BQ-0009.")
 
 
+def test_the_one_record_every_row_shares_is_no_record_to_name() -> None:
+    """The members of one project: each row carries the project's id, which the question named by
+    its name; the rows are the members, so no "Records: PRJ-7" follows. One row still gets its id."""
+    members = {"backend": "sql", "rows": [{"project_id": "PRJ-7", "full_name": n} for n in ("Ana Lima", "Rui Sol")]}
+    answer = "Ana Lima and Rui Sol work on Atlas."
+    assert name_records(answer, [members], "en", "Who works on Atlas?") == answer
+    one = {"backend": "sql", "rows": [{"project_id": "PRJ-7", "full_name": "Ana Lima"}]}
+    assert name_records("Ana Lima.", [one], "en", "Who leads Atlas?").endswith("Records: PRJ-7.")
+
+
+def test_rows_named_by_another_column_are_read_and_a_cut_list_is_not() -> None:
+    """The engineers of a project listed by name over rows whose first varying column is their id:
+    the answer read every row, and no list of ids follows. Two of three names still get the list."""
+    rows = [{"employee_id": e, "full_name": n} for e, n in (("E01", "Ana Lima"), ("E02", "Rui Sol"), ("E03", "Bia Luz"))]
+    context = {"backend": "sql", "rows": rows}
+    answer = "The engineers are Ana Lima, Rui Sol and Bia Luz."
+    assert complete_list(answer, [context], "en", "Which members are engineers?") == answer
+    cut = complete_list("The engineers are Ana Lima and Rui Sol.", [context], "en", "Which members are engineers?")
+    assert cut != "The engineers are Ana Lima and Rui Sol." and "E03" in cut
+
+
 @pytest.mark.parametrize(("answer", "question", "context"), [
     ("A despesa EXP-0931 foi da Rita Sol.", "De quem é a maior despesa?", CLAIM),  # named already
     ("Foi da Rita Sol.", "De quem é a EXP-0931?", CLAIM),  # the question names it
