@@ -20,6 +20,7 @@ import yaml
 from tools.semantic_layer import (
     SemanticLayer,
     SemanticQueryError,
+    answer_object,
     answer_semantic,
     check_model,
     layer_for,
@@ -2456,6 +2457,44 @@ def test_names_beyond_tells_a_column_or_role_a_fixed_query_does_not_hold(novaops
     assert layer.names_beyond(members, "Who works on the Atlas project, and in which role?") == []
     # the parameter's own words: a team named "Cost Center Ops" names no cost center
     assert layer.names_beyond(owner, "Which team owns cost center ops?", ("cost center ops",)) == []
+
+
+def test_a_record_named_by_its_key_is_looked_up_by_the_columns_and_roles_asked(novaops: Path) -> None:
+    """Written for this test, real database. When the semantic fill fails, the one record a question
+    names by its key answers it: the columns and roles it names, a column whose declared value it
+    says ("foi resolvido?"), else the whole record within the query's width. A record code the
+    value index does not hold (a table of more distinct ids than a list of choices) is looked up.
+    Records that point at the named one ("how many tickets does X have"), two records, or none,
+    give no lookup."""
+    from tools.backends.sql import _stored_codes, _values
+
+    tool = SQLTool(f"sqlite:///{novaops}")
+    layer = layer_for(MODEL, tool)
+
+    def lookup(question: str) -> dict[str, Any] | None:
+        hits = _values(tool).triples(question)
+        return layer.record_query(question, [*hits, *_stored_codes(question, layer, tool, hits)])
+
+    asked = lookup("Who reviewed budget request BR-0001, and what amount was requested?")
+    assert asked is not None and asked["dimensions"] == [
+        "budget_requests.request_id", "budget_requests.current_amount_usd", "budget_requests.requested_amount_usd",
+        "reviewer.full_name"]
+    run = answer_object(asked, tool, MODEL)
+    gold = _rows(novaops, "SELECT r.request_id, r.current_amount_usd, r.requested_amount_usd, e.full_name "
+                          "FROM budget_requests r LEFT JOIN employees e ON e.employee_id = r.reviewed_by "
+                          "WHERE r.request_id = 'BR-0001'")
+    assert results_match(gold, [tuple(r.values()) for r in run.rows], ordered=False, strict=True)
+    status = lookup("O TCK-1014 foi resolvido? Quem abriu?")
+    assert status is not None and status["dimensions"] == ["tickets.ticket_id", "tickets.status", "requester.full_name"]
+    claim = lookup("Qual a categoria da EXP-0150?")  # not in the value index: read from the key column
+    assert claim is not None and claim["filters"] == [{"field": "expenses.expense_id", "op": "=", "value": "EXP-0150"}]
+    whole = lookup("Segundo a política de SLA, o INC-2040 foi reconhecido dentro do prazo?")
+    assert whole is not None and len(whole["dimensions"]) == 8
+    assert {"incidents.severity", "incidents.minutes_to_ack", "commander.full_name"} <= set(whole["dimensions"])
+    assert answer_object(whole, tool, MODEL).rows
+    for none in ("Quantos tickets tem o payments-api?", "Compare INC-2040 with INC-2012.", "Who is on call?",
+                 "What about XYZ-9?"):
+        assert lookup(none) is None, none
 
 
 def test_names_beyond_tells_a_said_value_and_a_column_of_the_row_a_key_filter_names(novaops: Path) -> None:

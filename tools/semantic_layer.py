@@ -3434,6 +3434,45 @@ class SemanticLayer:
         return any(d.unit and any(_has(text, w) for w in _column_words(m, d))
                    for e in reached for m, d in self.spec.entities[e].dimensions.items())
 
+    def record_query(self, question: str, hits: Iterable[tuple[str, str, str]]) -> dict[str, Any] | None:
+        """The query object of the one record the question names by its key (a stored value of an
+        entity's primary key, from `hits`: (table, column, value)): its columns and roles the
+        question names (each role by its target's label), else the whole record with every role's
+        label. None when the question names no such record, or several.
+
+        Why: when the small model's fill fails, "quem revisou o pedido BR-… e qual o valor pedido?"
+        and "o INC-… foi reconhecido dentro do prazo da política?" went to raw text-to-SQL, which
+        wrote joins over the wrong tables; the record itself answers them, and beside the
+        policy's passage the synthesis compares.
+        """
+        keyed = {(e, v) for t, c, v in hits for e, ent in self.spec.entities.items()
+                 if ent.table_name(e) == t and ent.primary_key == c}
+        if len(keyed) != 1:
+            return None
+        (entity, value), = keyed
+        ent, text = self.spec.entities[entity], _spaced(question)
+        if any(j.entity == entity for e, other in self.spec.entities.items() if e != entity
+               and _mentions(text, other, e) for j in other.joins.values()):
+            return None  # "quantos tickets tem o payments-api": the records that point at it
+        keys = {j.column for j in ent.joins.values()}
+        plain = [m for m, d in ent.dimensions.items() if m != ent.primary_key and (d.column or m) not in keys]
+        # a column named, or one whose declared value is said ("foi resolvido?": its status)
+        columns = [f"{entity}.{m}" for m in plain if self._said_column(entity, m, text)
+                   or any(_has(text, w) for w in _declared_words(ent.dimensions[m]))]
+        roles = [(r, j) for r, j in ent.joins.items() if _role_said(text, r, j)]
+        whole = not columns and not roles
+        if whole:  # nothing named: the whole record, its figures and states before its texts
+            ranked = sorted(plain, key=lambda m: not (ent.dimensions[m].unit or ent.dimensions[m].values))
+            columns = [f"{entity}.{m}" for m in ranked]
+            roles = list(ent.joins.items())
+        labels = [f"{r}.{label}" for r, j in roles if (label := self.label_of(j.entity)) is not None]
+        if whole:  # roles after the figures and states, and within the query's width
+            known = [c for c in columns if ent.dimensions[c.split(".", 1)[1]].unit or ent.dimensions[c.split(".", 1)[1]].values]
+            columns = [*known, *labels, *(c for c in columns if c not in known)]
+            labels = []
+        return {"dimensions": [f"{entity}.{ent.primary_key}", *columns, *labels][:MAX_ITEMS],
+                "filters": [{"field": f"{entity}.{ent.primary_key}", "op": "=", "value": value}]}
+
     def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
         """What the question names that a fixed query neither shows nor filters on: a column (by its
         name or a synonym) or a join role of an entity the query reaches or the question names, as

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,9 @@ class SQLBackend:
             if sem.document:  # what the rows are: each is past (or within) the document's figure
                 context["about"] = sem.document
             return {**context, "accounted": sem.accounted} if sem.direct else context
+        record = _record(call, question, sem.reason)
+        if record is not None:
+            return record
         run = answer_sql(_with_findings(call, question), tool, today=call.today, backend=call.profile, usage=call.usage,
                          mend=_mender(call, question))
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
@@ -261,6 +264,55 @@ def _mirrored(call: BackendCall, question: str) -> dict[str, Any] | None:
     return {"backend": SQLBackend.name, "path": f"semantic:pattern:{name}", "semantic_query": sem.query_object,
             "query": sem.sql, "rows": sem.rows[:50], "error": None if sem.ok else sem.reason, "attempts": 0,
             "about": found.about}
+
+
+def _record(call: BackendCall, question: str, reason: str) -> dict[str, Any] | None:
+    """The context of the one record the question names by its key (`SemanticLayer.record_query`),
+    when the semantic fill failed (`reason`); None when it names none, or the query fails (raw
+    text-to-SQL then answers). No LLM call.
+    """
+    from tools.semantic_layer import answer_object
+
+    layer = _layer(call.services)
+    if layer is None or call.given:  # an earlier source's set bounds this part: the fallback binds it
+        return None
+    try:
+        hits = _values(call.services.sql_tool).triples(question)
+        query = layer.record_query(question, [*hits, *_stored_codes(question, layer, call.services.sql_tool, hits)])
+    except Exception as exc:  # noqa: BLE001 - no record lookup: the fallback answers
+        log.warning("record lookup unusable: %s", exc)
+        return None
+    if query is None:
+        return None
+    sem = answer_object(query, call.services.sql_tool, call.services.settings.semantic_model_file())
+    if not sem.ok or not sem.rows:
+        log.info("record lookup left to the fallback: %s", sem.reason or "no row")
+        return None
+    return {"backend": SQLBackend.name, "path": "semantic:record", "semantic_query": sem.query_object,
+            "semantic_error": reason, "query": sem.sql, "rows": sem.rows[:50], "error": None, "attempts": 0}
+
+
+_CODE = re.compile(r"(?<![\w-])[A-Za-z]+-\d+(?![\w-])")
+
+
+def _stored_codes(question: str, layer: SemanticLayer, tool: SQLTool,
+                  hits: Sequence[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """(table, key column, value) of each record code the question writes ("EXP-0150") that an
+    entity's primary key stores and the value index did not hear: it links no column of more
+    distinct values than a list of choices, which a table of claims has.
+    """
+    codes = sorted({c for c in _CODE.findall(question)} - {v for _, _, v in hits})
+    if not codes:
+        return []
+    listed = ", ".join(f"'{c}'" for c in codes)  # letters, digits and a hyphen only: no quoting to escape
+    out: list[tuple[str, str, str]] = []
+    for name, ent in layer.spec.entities.items():
+        if not ent.primary_key:
+            continue
+        table = ent.table_name(name)
+        rows = tool.query(f"SELECT {ent.primary_key} AS k FROM {table} WHERE {ent.primary_key} IN ({listed})")
+        out += [(table, ent.primary_key, str(r["k"])) for r in rows]
+    return out
 
 
 def _words(text: str) -> str:
