@@ -1254,6 +1254,8 @@ class SemanticLayer:
         keys = {f"{base}.{k}" for k in (ent.primary_key, self.label_of(base)) if k}
         if not any(o == "=" and f in keys for f, o, _ in q.filters):
             return q, []
+        if folded_cues().person & set(text.split()) and not any(_role_said(text, r, j) for r, j in ent.joins.items()):
+            return q, []  # "who … and what's that person's limit": the record itself is asked, as a ranked row
         columns: list[str] = []
         for name in q.measures:
             entity, _, mname = name.partition(".")

@@ -274,7 +274,7 @@ def _record(call: BackendCall, question: str, reason: str) -> dict[str, Any] | N
     from tools.semantic_layer import answer_object
 
     layer = _layer(call.services)
-    if layer is None or call.given:  # an earlier source's set bounds this part: the fallback binds it
+    if layer is None or any(f.values for f in call.given):  # an earlier source's set bounds this part
         return None
     try:
         hits = _values(call.services.sql_tool).triples(question)
