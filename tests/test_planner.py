@@ -426,10 +426,13 @@ def test_a_deferring_backend_gives_its_place_and_score_to_the_other_record_store
 
 def test_a_field_phrase_is_a_backends_own_only_when_no_other_vocabulary_uses_its_words() -> None:
     """Pure logic: "comandante" is in no other backend's texts, so it is the database's own; "tier"
-    is in the graph's too, and a phrase of function words alone names nothing."""
+    is in the graph's too, a phrase of function words alone names nothing, and "cidade" names a
+    field the graph holds as well (`office_city`), whatever its vocabulary says."""
     vocab = {"sql": ["incidents: severity, commander"], "graph": ["services by tier", "chain of command"],
              "docs": ["Política de viagens"]}
-    fields = {"sql": ["comandante", "tier", "de", "tempo de resolução"]}
+    fields = {"sql": {"commander_id": ["comandante"], "tier": ["tier"], "x": ["de"],
+                      "minutes_to_resolve": ["tempo de resolução"], "office_city": ["cidade"]},
+              "graph": {"office_city": ["office city"], "tier": ["tier"]}}
     own = ph._own_fields(vocab, fields, frozenset({"de"}))
     assert own == {"comandante": "sql", "tempo de resolucao": "sql"}
     index = ph.VocabularyIndex("r", None, {}, frozenset(), ph.Masker({}), frozenset(), own_fields=own)  # type: ignore[arg-type]

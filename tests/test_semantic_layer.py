@@ -436,6 +436,27 @@ def test_settle_reads_figures_over_one_record_as_its_columns(layer: SemanticLaye
     assert kept.measures == ["projects.avg_budget_usd"]
 
 
+def test_settle_shows_a_condition_on_one_record_instead_of_filtering_by_it(layer: SemanticLayer, tool: SQLTool,
+                                                                          novaops: Path) -> None:
+    """Written for this test. "Was BR-0001 approved, and who asked for it?" filled with status =
+    'approved' beside the request's key: the request is rejected, so the filter leaves no row and
+    the answer would say there is no such request; the status is shown instead. Over many records
+    the status stays a filter."""
+    filled = {"dimensions": ["requester.full_name"],
+              "filters": [{"field": "budget_requests.request_id", "op": "=", "value": "BR-0001"},
+                          {"field": "budget_requests.status", "op": "=", "value": "approved"}]}
+    settled, notes = layer.settle(layer.parse(filled), "Was BR-0001 approved, and who asked for it?")
+    assert settled.filters == [("budget_requests.request_id", "=", "BR-0001")], notes
+    assert "budget_requests.status" in settled.dimensions
+    gold = _rows(novaops, "SELECT e.full_name, r.status FROM budget_requests r JOIN employees e "
+                          "ON e.employee_id = r.requested_by WHERE r.request_id = 'BR-0001'")
+    assert results_match(gold, _answer(layer, tool, settled), ordered=False, strict=True)
+    many = {"dimensions": ["budget_requests.request_id"],
+            "filters": [{"field": "budget_requests.status", "op": "=", "value": "approved"}]}
+    kept, _ = layer.settle(layer.parse(many), "Which budget requests were approved?")
+    assert kept.filters == [("budget_requests.status", "=", "approved")]
+
+
 def test_settle_lists_records_in_their_own_order(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """Written for this test. A list that names no order reads by the date a period is on ("hired
     in 2024": by hire date), else by the records' key; before, it read by its first column (names

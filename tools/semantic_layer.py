@@ -977,6 +977,8 @@ class SemanticLayer:
         dropped_roles += recounted
         q, one = self._one_record_figures(q, roles_text)
         dropped_roles += one
+        q, checked = self._checked_conditions(q)
+        dropped_roles += checked
         q, by_words, spent = self._roles_said_before(q, written)
         dropped_roles += by_words
         said = _without_phrases(said, spent)  # "abertos pela X" says no status "open" to what follows
@@ -1238,6 +1240,26 @@ class SemanticLayer:
             return []  # none, several, or that column already groups under another name
         return found if self._groups(q, measures, [*kept, *found]) else []
 
+    def _checked_conditions(self, q: QueryObject) -> tuple[QueryObject, list[str]]:
+        """Beside an `=` filter on an entity's primary key (one record), an `=` filter on one of its
+        columns of declared values is shown instead: "BR-0002 was requested by whom, and was it
+        approved?" filled with status = 'approved' asks whether, and the model read the row the
+        filter let through as a no; a record the condition excludes would read as none at all.
+        """
+        if q.measures:
+            return q, []
+        keyed = {f.split(".", 1)[0] for f, o, _ in q.filters
+                 if o == "=" and f.split(".", 1)[0] in self.spec.entities
+                 and f.split(".", 1)[1] == self.spec.entities[f.split(".", 1)[0]].primary_key}
+        checks = [(f, o, v) for f, o, v in q.filters if o == "=" and f.split(".", 1)[0] in keyed
+                  and (d := self.spec.entities[f.split(".", 1)[0]].dimensions.get(f.split(".", 1)[1])) is not None
+                  and d.values and f.split(".", 1)[1] != self.spec.entities[f.split(".", 1)[0]].primary_key]
+        if not checks:
+            return q, []
+        shown = QueryObject(q.expressible, [], list(dict.fromkeys([*q.dimensions, *(f for f, _, _ in checks)])),
+                            list(q.segments), [flt for flt in q.filters if flt not in checks], list(q.order), q.limit)
+        return shown, [f"filter {f} = {v!r} shown instead (one record: the question asks whether)" for f, _, v in checks]
+
     def _one_record_figures(self, q: QueryObject, text: str) -> tuple[QueryObject, list[str]]:
         """Sums, averages and extremes over one record (an `=` filter on its entity's key or label)
         read as that record's columns, kept only where the question (`text`: spaced, folded) names
@@ -1254,17 +1276,24 @@ class SemanticLayer:
         keys = {f"{base}.{k}" for k in (ent.primary_key, self.label_of(base)) if k}
         if not any(o == "=" and f in keys for f, o, _ in q.filters):
             return q, []
-        if folded_cues().person & set(text.split()) and not any(_role_said(text, r, j) for r, j in ent.joins.items()):
-            return q, []  # "who … and what's that person's limit": the record itself is asked, as a ranked row
+        label = f"{base}.{self.label_of(base)}"
+        if label != f"{base}.{ent.primary_key}" and any(o == "=" and f == label for f, o, _ in q.filters) \
+                and folded_cues().person & set(text.split()) \
+                and not any(_role_said(text, r, j) for r, j in ent.joins.items()):
+            return q, []  # "who … and what's that person's limit": the named person is asked, as a ranked row
         columns: list[str] = []
         for name in q.measures:
             entity, _, mname = name.partition(".")
             measure = ent.measures.get(mname) if entity == base else None
-            if measure is None or measure.agg not in ("sum", "avg", "min", "max") or not measure.column:
+            if measure is None or measure.agg not in ("sum", "avg", "min", "max"):
                 return q, []
+            said = any(_has(text, w) for w in measure.synonyms)
+            if not measure.column:  # a figure computed from columns: kept as a figure where it is named
+                if said:
+                    return q, []
+                continue
             member = next((m for m, d in ent.dimensions.items() if (d.column or m) == measure.column), None)
-            if member is not None and (self._said_column(base, member, text)
-                                       or any(_has(text, w) for w in measure.synonyms)):
+            if member is not None and (self._said_column(base, member, text) or said):
                 columns.append(f"{base}.{member}")
         # the record's other columns the question names ("e quando ele termina": the end date)
         filtered = {f for f, _, _ in q.filters}

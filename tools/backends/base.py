@@ -14,8 +14,9 @@ calls share, evaluated ahead of the first question by `tramita warm`), and
 `required_by(services, text)` (the question needs the backend whatever the scores say),
 `compares_with_documents(services, text)` (the question compares the backend's records with a
 figure: with a kind of document named, it needs both),
-`field_words(services)` (the words naming the fields it holds: a text saying one that no other
-backend's vocabulary uses asks that backend to show it),
+`field_words(services)` (field name → the words naming it, for the fields it holds: a text
+saying the words of a field no other backend holds, and no other backend's vocabulary uses, asks
+that backend to show it),
 `defers(services, text)` (another backend that writes its own query holds the text's relation: it
 takes this backend's place for that text), `answers_count(services, question)` (it counts the
 question's answer itself: a required backend then answers a one-part question alone), and

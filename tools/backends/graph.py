@@ -160,6 +160,21 @@ class GraphBackend:
 
         return {"text_to_cypher": warm_cypher(services.graph_tool, today=today, backend=profile)}
 
+    def field_words(self, services: Services) -> dict[str, list[str]]:
+        """Property → its words, for every property of the graph's schema ("office_city"): a field
+        another source also names is no field only that source holds.
+        """
+        from tools.graph_patterns import load_patterns
+
+        schema = services.graph_tool.schema()
+        props = [p.name for n in schema.nodes for p in n.props] + [p.name for r in schema.rels for p in r.props]
+        # the columns a mirrored pattern's relation is in the database ("employees.manager_id" for
+        # REPORTS_TO): the graph holds that field too
+        path = services.settings.graph_patterns_file()
+        forms = [p.mirrored for p in load_patterns(path).patterns if p.mirrored is not None] if path.exists() else []
+        props += [f.rsplit(".", 1)[-1] for form in forms for f in [*form.columns.values(), *form.keys.values()]]
+        return {name: [name.replace("_", " ")] for name in dict.fromkeys(props)}
+
     def vocabulary(self, services: Services) -> list[str]:
         """What the graph answers: the named patterns' descriptions and examples (the planner embeds these)."""
         from tools.backends.vocabulary import graph_patterns_vocabulary

@@ -177,8 +177,8 @@ class SQLBackend:
 
         return semantic_model_vocabulary(services.settings.semantic_model_file())
 
-    def field_words(self, services: Services) -> list[str]:
-        """The words naming the columns and join roles the database holds (the semantic model's)."""
+    def field_words(self, services: Services) -> dict[str, list[str]]:
+        """Column → the words naming it or the join role on it (the semantic model's)."""
         from tools.backends.vocabulary import semantic_model_fields
 
         return semantic_model_fields(services.settings.semantic_model_file())

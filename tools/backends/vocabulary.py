@@ -90,11 +90,17 @@ def _pattern_texts(path: Path) -> list[str]:
     return list(dict.fromkeys(t for p in load_patterns(path).patterns for t in p.embedding_texts()))
 
 
-def semantic_model_fields(path: Path) -> list[str]:
-    """The words the semantic model names its columns and join roles by ("comandante", "email"):
-    what a question asks to see of a record, as against the records it names.
+def semantic_model_fields(path: Path) -> dict[str, list[str]]:
+    """Column → the words the semantic model names it by ("commander_id": "comandante", …; a join
+    role's words under its key column): what a question asks to see of a record, as against the
+    records it names.
     """
-    return _cached("fields", path, _field_texts)
+    lines = _cached("fields", path, _field_texts)
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        column, _, word = line.partition("\t")
+        out.setdefault(column, []).append(word)
+    return out
 
 
 def _field_texts(path: Path) -> list[str]:
@@ -102,9 +108,9 @@ def _field_texts(path: Path) -> list[str]:
 
     out: list[str] = []
     for ent in load_semantic_model(path).entities.values():
-        out += [w for d in ent.dimensions.values() for w in d.synonyms]
-        out += [w for j in ent.joins.values() for w in j.synonyms]
-    return list(dict.fromkeys(w for w in out if w.strip()))
+        out += [f"{d.column or m}\t{w}" for m, d in ent.dimensions.items() for w in d.synonyms if w.strip()]
+        out += [f"{j.column}\t{w}" for j in ent.joins.values() for w in j.synonyms if w.strip()]
+    return list(dict.fromkeys(out))
 
 
 def semantic_units(path: Path) -> dict[str, str]:

@@ -308,32 +308,34 @@ def _spaced(text: str) -> str:
     return " ".join(re.findall(r"\w+", fold(text)))
 
 
-def field_words(services: Services) -> dict[str, list[str]]:
-    """Each backend's `field_words(services)` (a backend without the hook, or whose data cannot be
-    read, has none).
+def field_words(services: Services) -> dict[str, dict[str, list[str]]]:
+    """Each backend's `field_words(services)`: field → its words (a backend without the hook, or
+    whose data cannot be read, has none).
     """
-    out: dict[str, list[str]] = {}
+    out: dict[str, dict[str, list[str]]] = {}
     for name, backend in BACKENDS.items():
-        hook: Callable[[Services], list[str]] | None = getattr(backend, "field_words", None)
+        hook: Callable[[Services], Mapping[str, list[str]]] | None = getattr(backend, "field_words", None)
         if hook is None:
             continue
         try:
-            out[name] = [w for w in hook(services) if w and w.strip()]
+            out[name] = {f: [w for w in ws if w and w.strip()] for f, ws in hook(services).items()}
         except Exception as exc:  # noqa: BLE001 - no field words: the vocabulary still plans
             log.warning("planner: %s field words unavailable: %s", name, exc)
     return out
 
 
-def _own_fields(vocab: Mapping[str, list[str]], fields: Mapping[str, list[str]], stop: frozenset[str]
-                ) -> dict[str, str]:
-    """Folded field phrase → its backend, for the phrases none of whose content words another
-    backend's vocabulary uses (function words alone name nothing).
+def _own_fields(vocab: Mapping[str, list[str]], fields: Mapping[str, Mapping[str, list[str]]],
+                stop: frozenset[str]) -> dict[str, str]:
+    """Folded field phrase → its backend, for the phrases of the fields no other backend holds (by
+    the field's name: the graph's `office_city` is the database's too) none of whose content words
+    another backend's vocabulary uses (function words alone name nothing).
     """
     used = {name: {w for t in texts for w in _spaced(t).split()} for name, texts in vocab.items()}
     out: dict[str, str] = {}
-    for name, phrases in fields.items():
+    for name, held in fields.items():
         others = set().union(*(ws for n, ws in used.items() if n != name))
-        for phrase in phrases:
+        shared = set().union(*(set(f) for n, f in fields.items() if n != name))
+        for phrase in (p for f, ps in held.items() if f not in shared for p in ps):
             words = _spaced(phrase).split()
             content = {w for w in words if w not in stop}
             if content and not others & content:
@@ -466,8 +468,8 @@ def vocabulary_index(services: Services, embeddings: Embeddings | None = None) -
     digest = hashlib.sha256(f"{model}\n{masker.signature}\n".encode())
     for name, texts in vocab.items():
         digest.update(f"\n#{name}\n".encode() + "\n".join(texts).encode())
-    for name, texts in fields.items():
-        digest.update(f"\n#{name} fields\n".encode() + "\n".join(texts).encode())
+    for name, held in fields.items():
+        digest.update(f"\n#{name} fields\n".encode() + repr(sorted(held.items())).encode())
     revision = digest.hexdigest()[:24]
     with _LOCK:
         hit = _INDEXES.get(revision)
