@@ -105,7 +105,8 @@ def _gaps(contexts: list[dict[str, Any]], planned: set[str], lang: str) -> str:
     """The sentences for the planned sources that failed: a source whose query could only be
     written with a record the question does not name, or to which the question gave nothing it can
     ask (`unasked`: no declared operation, a required value missing), says so (the user can name
-    it), not that the source could not be reached. A failed source another answered for
+    it), not that the source could not be reached; so does one whose query the model could not
+    write (`unwritten`: every attempt refused or failed, the store up). A failed source another answered for
     (`replaced_by`, the plan's standby) is no gap to the user.
     """
     failed = [c for c in contexts
@@ -114,9 +115,12 @@ def _gaps(contexts: list[dict[str, Any]], planned: set[str], lang: str) -> str:
     def nameable(c: dict[str, Any]) -> bool:  # naming who or what the part is about may help
         return bool(c.get("unasked")) or str(c["error"]).startswith(UNNAMED)
 
-    down = [str(c["backend"]) for c in failed if not nameable(c)]
+    down = [str(c["backend"]) for c in failed if not nameable(c) and not c.get("unwritten")]
     unnamed = [str(c["backend"]) for c in failed if nameable(c)]
-    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(unnamed, lang, "source_unnamed")) if s)
+    # a query the model could not write is no outage: "just now" would send the user back to retry
+    unwritten = [str(c["backend"]) for c in failed if not nameable(c) and c.get("unwritten")]
+    return " ".join(s for s in (gap_sentence(down, lang), gap_sentence(unnamed, lang, "source_unnamed"),
+                                gap_sentence(unwritten, lang, "source_unwritten")) if s)
 
 
 def _units(ctx: Context) -> dict[str, str]:

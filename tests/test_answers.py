@@ -182,6 +182,20 @@ def test_a_query_that_named_an_unsaid_record_is_told_as_such_not_as_an_outage() 
     assert "Só com o que a pergunta diz, não consegui consultar o grafo da empresa" in both["answer"]
 
 
+def test_a_query_the_model_could_not_write_is_told_as_such_not_as_an_outage() -> None:
+    """Written for this test: the SQL fallback's every attempt failed with the database up
+    (`unwritten`): the user hears that no query could be written for that part, not "just now";
+    the same error from a store that is down keeps the outage sentence."""
+    unwritten = {"backend": "sql", "error": "OperationalError: no such column: T2.amount_usd", "unwritten": True}
+    out = _run("who leads it and what was its budget?", "en", [unwritten], plan=["sql"])
+    assert out["answer"] == ("I could not write a query that answers that part (the database); rephrasing the "
+                             "question may help.")
+    pt = _run("quem lidera e qual o orçamento?", "pt", [unwritten], plan=["sql"])
+    assert pt["answer"].startswith("Não consegui montar uma consulta que responda a essa parte (o banco de dados)")
+    down = {"backend": "sql", "error": "OperationalError: unable to open database file"}
+    assert "just now" in _run("who leads it?", "en", [down], plan=["sql"])["answer"]
+
+
 def test_a_source_the_question_gave_nothing_to_ask_is_no_outage() -> None:
     """Written for this test: the API backend found no declared operation for its part, or a
     required value the question does not say (`unasked`); the user hears that the question's words

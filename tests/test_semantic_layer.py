@@ -2507,6 +2507,10 @@ def test_a_record_named_by_its_key_is_looked_up_by_the_columns_and_roles_asked(n
     assert results_match(gold, [tuple(r.values()) for r in run.rows], ordered=False, strict=True)
     status = lookup("O TCK-1014 foi resolvido? Quem abriu?")
     assert status is not None and status["dimensions"] == ["tickets.ticket_id", "tickets.status", "requester.full_name"]
+    named = lookup("Who leads Design System Aurora and what was its project budget?")  # by its label
+    assert named is not None and named["dimensions"] == ["projects.name", "projects.budget_usd", "lead.full_name"]
+    assert answer_object(named, tool, MODEL).rows == [
+        {"projects.name": "Design System Aurora", "projects.budget_usd": 90000, "lead.full_name": "Rita Gouveia"}]
     claim = lookup("Qual a categoria da EXP-0150?")  # not in the value index: read from the key column
     assert claim is not None and claim["filters"] == [{"field": "expenses.expense_id", "op": "=", "value": "EXP-0150"}]
     whole = lookup("Segundo a política de SLA, o INC-2040 foi reconhecido dentro do prazo?")
@@ -2514,6 +2518,7 @@ def test_a_record_named_by_its_key_is_looked_up_by_the_columns_and_roles_asked(n
     assert {"incidents.severity", "incidents.minutes_to_ack", "commander.full_name"} <= set(whole["dimensions"])
     assert answer_object(whole, tool, MODEL).rows
     for none in ("Quantos tickets tem o payments-api?", "Compare INC-2040 with INC-2012.", "Who is on call?",
+                 "Compare Ledger v2 with Pix Automático.",
                  "What about XYZ-9?"):
         assert lookup(none) is None, none
 

@@ -3467,7 +3467,7 @@ class SemanticLayer:
 
     def record_query(self, question: str, hits: Iterable[tuple[str, str, str]]) -> dict[str, Any] | None:
         """The query object of the one record the question names by its key (a stored value of an
-        entity's primary key, from `hits`: (table, column, value)): its columns and roles the
+        entity's primary key, from `hits`: (table, column, value)), else by its label: its columns and roles the
         question names (each role by its target's label), else the whole record with every role's
         label. None when the question names no such record, or several.
 
@@ -3476,11 +3476,14 @@ class SemanticLayer:
         wrote joins over the wrong tables; the record itself answers them, and beside the
         policy's passage the synthesis compares.
         """
-        keyed = {(e, v) for t, c, v in hits for e, ent in self.spec.entities.items()
+        # by its key, else by its label ("Design System Aurora"): one record either way
+        keyed = {(e, c, v) for t, c, v in hits for e, ent in self.spec.entities.items()
                  if ent.table_name(e) == t and ent.primary_key == c}
+        keyed = keyed or {(e, c, v) for t, c, v in hits for e, ent in self.spec.entities.items()
+                          if ent.table_name(e) == t and ent.primary_key and self.label_of(e) == c}
         if len(keyed) != 1:
             return None
-        (entity, value), = keyed
+        (entity, column, value), = keyed
         ent, text = self.spec.entities[entity], _spaced(question)
         if any(j.entity == entity for e, other in self.spec.entities.items() if e != entity
                and _mentions(text, other, e) for j in other.joins.values()):
@@ -3501,8 +3504,8 @@ class SemanticLayer:
             known = [c for c in columns if ent.dimensions[c.split(".", 1)[1]].unit or ent.dimensions[c.split(".", 1)[1]].values]
             columns = [*known, *labels, *(c for c in columns if c not in known)]
             labels = []
-        return {"dimensions": [f"{entity}.{ent.primary_key}", *columns, *labels][:MAX_ITEMS],
-                "filters": [{"field": f"{entity}.{ent.primary_key}", "op": "=", "value": value}]}
+        return {"dimensions": list(dict.fromkeys([f"{entity}.{column}", *columns, *labels]))[:MAX_ITEMS],
+                "filters": [{"field": f"{entity}.{column}", "op": "=", "value": value}]}
 
     def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
         """What the question names that a fixed query neither shows nor filters on: a column (by its

@@ -348,6 +348,7 @@ class QueryRun:
     attempts: int = 0
     error: str | None = None
     mended: list[str] = field(default_factory=list)  # deterministic fixes applied before the guard ran it
+    down: bool = False  # the error is the store's (a `fatal` type), not a query the model could not write
 
 
 def generate_validate_repair(question: str, generate: Callable[[str], str],
@@ -368,7 +369,7 @@ def generate_validate_repair(question: str, generate: Callable[[str], str],
             run.error = None
             return run
         except fatal as exc:
-            run.error = str(exc)[:400]
+            run.error, run.down = str(exc)[:400], True
             return run
         except Exception as exc:  # noqa: BLE001 - guard refusals and execution errors are fed back
             run.error = f"{type(exc).__name__}: {exc}"[:400]

@@ -81,7 +81,7 @@ class GraphBackend:
                          "question asks for")
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
-                "pattern_reason": reason, **({"mended": run.mended} if run.mended else {}), **trail}
+                **({"unwritten": True} if run.error and not run.down else {}), "pattern_reason": reason, **({"mended": run.mended} if run.mended else {}), **trail}
 
     def leaves_aggregate(self, services: Services, question: str) -> bool:
         """Whether a named pattern answers the question's relation but not its aggregate (see

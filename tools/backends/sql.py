@@ -90,6 +90,7 @@ class SQLBackend:
                          mend=_mender(call, question))
         return {"backend": self.name, "path": "fallback", "semantic_query": sem.query_object,
                 "semantic_error": sem.reason, "query": run.query, "rows": run.rows[:50], "error": run.error,
+                **({"unwritten": True} if run.error and not run.down else {}),
                 "attempts": sem.attempts + run.attempts, **({"mended": run.mended} if run.mended else {}),
                 **({"bounded_question": question} if question != call.question else {})}
 
