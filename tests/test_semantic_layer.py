@@ -2511,6 +2511,8 @@ def test_a_record_named_by_its_key_is_looked_up_by_the_columns_and_roles_asked(n
     assert named is not None and named["dimensions"] == ["projects.name", "projects.budget_usd", "lead.full_name"]
     assert answer_object(named, tool, MODEL).rows == [
         {"projects.name": "Design System Aurora", "projects.budget_usd": 90000, "lead.full_name": "Rita Gouveia"}]
+    policy = lookup("According to the expense policy, can Ana approve EXP-0150?")  # "expense" names no column
+    assert policy is not None and "expenses.expense_date" in policy["dimensions"] and len(policy["dimensions"]) == 8
     claim = lookup("Qual a categoria da EXP-0150?")  # not in the value index: read from the key column
     assert claim is not None and claim["filters"] == [{"field": "expenses.expense_id", "op": "=", "value": "EXP-0150"}]
     whole = lookup("Segundo a política de SLA, o INC-2040 foi reconhecido dentro do prazo?")

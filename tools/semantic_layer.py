@@ -3490,8 +3490,12 @@ class SemanticLayer:
             return None  # "quantos tickets tem o payments-api": the records that point at it
         keys = {j.column for j in ent.joins.values()}
         plain = [m for m, d in ent.dimensions.items() if m != ent.primary_key and (d.column or m) not in keys]
-        # a column named, or one whose declared value is said ("foi resolvido?": its status)
-        columns = [f"{entity}.{m}" for m in plain if self._said_column(entity, m, text)
+        # a column named, or one whose declared value is said ("foi resolvido?": its status); the
+        # entity's own words name no column ("the expense policy … EXP-…" is no expense date)
+        bare = text
+        for w in sorted({fold(x) for x in [entity, *ent.synonyms]}, key=len, reverse=True):
+            bare = bare.replace(f" {w} ", " ")
+        columns = [f"{entity}.{m}" for m in plain if self._said_column(entity, m, bare)
                    or any(_has(text, w) for w in _declared_words(ent.dimensions[m]))]
         roles = [(r, j) for r, j in ent.joins.items() if _role_said(text, r, j)]
         whole = not columns and not roles
