@@ -2553,6 +2553,11 @@ def test_a_figure_of_one_record_named_by_its_key_is_the_databases(novaops: Path)
     assert layer.asks_about_record("What was the time to acknowledge of INC-2047?", incident)
     assert not layer.asks_about_record("Qual foi a causa raiz do INC-2047?", incident)
     assert not layer.asks_about_record("Which tier 1 services did INC-2047 hit?", incident)  # a condition
+    # a column without a unit that a question word asks for, of the record itself
+    assert layer.asks_about_record("Qual a severidade e o status do INC-2047?", incident)
+    assert layer.asks_about_record("What is the status of INC-2047?", incident)
+    service = [("services", "service_id", "auth-service")]
+    assert not layer.asks_about_record("Se o auth-service cair, quais serviços tier 1 seriam impactados?", service)
     assert not layer.asks_about_record("Qual a alçada de um Head?", [])
     assert not layer.asks_about_record("Qual a alçada de quem comandou o INC-2047?",
                                        [("incidents", "title", "INC-2047")])  # not a key column

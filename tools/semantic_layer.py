@@ -977,8 +977,6 @@ class SemanticLayer:
         dropped_roles += recounted
         q, one = self._one_record_figures(q, roles_text)
         dropped_roles += one
-        q, checked = self._checked_conditions(q)
-        dropped_roles += checked
         q, by_words, spent = self._roles_said_before(q, written)
         dropped_roles += by_words
         said = _without_phrases(said, spent)  # "abertos pela X" says no status "open" to what follows
@@ -1174,9 +1172,12 @@ class SemanticLayer:
             if own is not None:
                 order = [(own, "asc")]
                 dropped.append(f"order {own} asc (a list reads in its records' own order)")
+        out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
+        # the rows, once settled: a condition on the one record a key names is shown, not filtered
+        out, checked = self._checked_conditions(out)
+        dropped += checked
         if not dropped:
             return q, []
-        out = QueryObject(q.expressible, measures, kept, list(q.segments), list(q.filters), order, limit)
         return out, dropped
 
     def _own_order(self, kept: list[str], filters: list[tuple[str, str, Any]]) -> str | None:
@@ -3458,11 +3459,17 @@ class SemanticLayer:
         Why: "the approval limit of the person who commanded INC-…" was planned to the documents
         alone (the postmortems share its words); a record's figure is the database's answer.
         """
+        from tramita.base.text import asked_after_opener
+
         text = _spaced(question)
         keyed = {e for t, c, _ in hits for e, ent in self.spec.entities.items()
                  if ent.table_name(e) == t and ent.primary_key == c}
         reached = keyed | {j.entity for e in keyed for j in self.spec.entities[e].joins.values()}
-        return any(d.unit and any(_has(text, w) for w in _column_words(m, d))
+        # a column without a unit counts where a question word asks for it ("qual a severidade do
+        # INC-…"), not where it asks for other rows of the entity ("quais serviços tier 1 …")
+        rows = {e for e in keyed if asked_after_opener(question, [e, *self.spec.entities[e].synonyms])}
+        return any(any(_has(text, w) for w in _column_words(m, d))
+                   and (d.unit or (e in keyed - rows and asked_after_opener(question, _column_words(m, d))))
                    for e in reached for m, d in self.spec.entities[e].dimensions.items())
 
     def record_query(self, question: str, hits: Iterable[tuple[str, str, str]]) -> dict[str, Any] | None:
