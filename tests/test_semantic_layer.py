@@ -447,8 +447,8 @@ def test_settle_shows_a_condition_on_one_record_instead_of_filtering_by_it(layer
                           {"field": "budget_requests.status", "op": "=", "value": "approved"}]}
     settled, notes = layer.settle(layer.parse(filled), "Was BR-0001 approved, and who asked for it?")
     assert settled.filters == [("budget_requests.request_id", "=", "BR-0001")], notes
-    assert "budget_requests.status" in settled.dimensions
-    gold = _rows(novaops, "SELECT e.full_name, r.status FROM budget_requests r JOIN employees e "
+    assert settled.dimensions[0] == "budget_requests.request_id" and "budget_requests.status" in settled.dimensions
+    gold = _rows(novaops, "SELECT r.request_id, e.full_name, r.status FROM budget_requests r JOIN employees e "
                           "ON e.employee_id = r.requested_by WHERE r.request_id = 'BR-0001'")
     assert results_match(gold, _answer(layer, tool, settled), ordered=False, strict=True)
     many = {"dimensions": ["budget_requests.request_id"],

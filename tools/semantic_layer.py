@@ -1257,7 +1257,9 @@ class SemanticLayer:
                   and d.values and f.split(".", 1)[1] != self.spec.entities[f.split(".", 1)[0]].primary_key]
         if not checks:
             return q, []
-        shown = QueryObject(q.expressible, [], list(dict.fromkeys([*q.dimensions, *(f for f, _, _ in checks)])),
+        # the record's key beside its state: the answer names the record it says yes or no about
+        key = [f"{e}.{self.spec.entities[e].primary_key}" for e in sorted(keyed)]
+        shown = QueryObject(q.expressible, [], list(dict.fromkeys([*key, *q.dimensions, *(f for f, _, _ in checks)])),
                             list(q.segments), [flt for flt in q.filters if flt not in checks], list(q.order), q.limit)
         return shown, [f"filter {f} = {v!r} shown instead (one record: the question asks whether)" for f, _, v in checks]
 
