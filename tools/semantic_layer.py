@@ -1249,12 +1249,11 @@ class SemanticLayer:
         """
         if q.measures:
             return q, []
-        keyed = {f.split(".", 1)[0] for f, o, _ in q.filters
-                 if o == "=" and f.split(".", 1)[0] in self.spec.entities
-                 and f.split(".", 1)[1] == self.spec.entities[f.split(".", 1)[0]].primary_key}
-        checks = [(f, o, v) for f, o, v in q.filters if o == "=" and f.split(".", 1)[0] in keyed
-                  and (d := self.spec.entities[f.split(".", 1)[0]].dimensions.get(f.split(".", 1)[1])) is not None
-                  and d.values and f.split(".", 1)[1] != self.spec.entities[f.split(".", 1)[0]].primary_key]
+        # each `=` filter on an entity's own column (not through a role): (filter, entity, member, dimension)
+        own = [(flt, found[1], found[2], found[3]) for flt in q.filters if flt[1] == "="
+               and (found := self._dimension(flt[0])) is not None and found[0] == found[1]]
+        keyed = {e for _, e, m, _ in own if m == self.spec.entities[e].primary_key}
+        checks = [flt for flt, e, m, d in own if e in keyed and d.values and m != self.spec.entities[e].primary_key]
         if not checks:
             return q, []
         # the record's key beside its state: the answer names the record it says yes or no about
@@ -1276,10 +1275,10 @@ class SemanticLayer:
         ent = self.spec.entities.get(base)
         if ent is None:
             return q, []
+        label = f"{base}.{self.label_of(base)}"
         keys = {f"{base}.{k}" for k in (ent.primary_key, self.label_of(base)) if k}
         if not any(o == "=" and f in keys for f, o, _ in q.filters):
             return q, []
-        label = f"{base}.{self.label_of(base)}"
         if label != f"{base}.{ent.primary_key}" and any(o == "=" and f == label for f, o, _ in q.filters) \
                 and folded_cues().person & set(text.split()) \
                 and not any(_role_said(text, r, j) for r, j in ent.joins.items()):
@@ -3507,17 +3506,14 @@ class SemanticLayer:
         columns = [f"{entity}.{m}" for m in plain if self._said_column(entity, m, bare)
                    or any(_has(text, w) for w in _declared_words(ent.dimensions[m]))]
         roles = [(r, j) for r, j in ent.joins.items() if _role_said(text, r, j)]
-        whole = not columns and not roles
-        if whole:  # nothing named: the whole record, its figures and states before its texts
-            ranked = sorted(plain, key=lambda m: not (ent.dimensions[m].unit or ent.dimensions[m].values))
-            columns = [f"{entity}.{m}" for m in ranked]
-            roles = list(ent.joins.items())
-        labels = [f"{r}.{label}" for r, j in roles if (label := self.label_of(j.entity)) is not None]
-        if whole:  # roles after the figures and states, and within the query's width
-            known = [c for c in columns if ent.dimensions[c.split(".", 1)[1]].unit or ent.dimensions[c.split(".", 1)[1]].values]
-            columns = [*known, *labels, *(c for c in columns if c not in known)]
-            labels = []
-        return {"dimensions": list(dict.fromkeys([f"{entity}.{column}", *columns, *labels]))[:MAX_ITEMS],
+        if columns or roles:
+            labels = [f"{r}.{label}" for r, j in roles if (label := self.label_of(j.entity)) is not None]
+            shown = [*columns, *labels]
+        else:  # nothing named: the whole record, its figures and states, its roles, then its texts
+            stated = [f"{entity}.{m}" for m in plain if ent.dimensions[m].unit or ent.dimensions[m].values]
+            labels = [f"{r}.{label}" for r, j in ent.joins.items() if (label := self.label_of(j.entity)) is not None]
+            shown = [*stated, *labels, *(f"{entity}.{m}" for m in plain if f"{entity}.{m}" not in stated)]
+        return {"dimensions": list(dict.fromkeys([f"{entity}.{column}", *shown]))[:MAX_ITEMS],
                 "filters": [{"field": f"{entity}.{column}", "op": "=", "value": value}]}
 
     def names_beyond(self, query: Mapping[str, Any], question: str, taken: Sequence[str] = ()) -> list[str]:
@@ -3537,6 +3533,7 @@ class SemanticLayer:
         covered: set[tuple[str, str]] = set()
         roles: set[str] = set()
         keyed: set[str] = set()  # the entities a filter on a join key names a row of
+        bounds: set[tuple[str, str]] = set()  # (entity, member) of each filter
         for name in fields:
             found = self._dimension(name)
             if found is None:
@@ -3546,12 +3543,12 @@ class SemanticLayer:
             if prefix != entity:
                 roles.add(prefix)
             if name in filtered:
+                bounds.add((entity, member))
                 keyed |= {j.entity for _, j in self._joins_on(entity, member)}
         entities = ({e for e, _ in covered} | keyed
                     | {e for e, ent in self.spec.entities.items() if _mentions(text, ent, e)})
         # a word a shown column answers to ("role": the member's role on the project) names no
         # other entity's column of that name
-        bounds = {found[1:3] for found in map(self._dimension, filtered) if found is not None}
         answered = {fold(w) for e, m in covered for w in _column_words(m, self.spec.entities[e].dimensions[m])}
         out: list[str] = []
         for ename in sorted(entities):

@@ -81,7 +81,8 @@ class GraphBackend:
                          "question asks for")
         return {"backend": self.name, "path": "fallback", "query": run.query, "cypher": run.query, "params": {},
                 "rows": run.rows[:MAX_ROWS], "error": run.error, "attempts": run.attempts,
-                **({"unwritten": True} if run.error and not run.down else {}), "pattern_reason": reason, **({"mended": run.mended} if run.mended else {}), **trail}
+                "pattern_reason": reason, **({"unwritten": True} if run.error and not run.down else {}),
+                **({"mended": run.mended} if run.mended else {}), **trail}
 
     def leaves_aggregate(self, services: Services, question: str) -> bool:
         """Whether a named pattern answers the question's relation but not its aggregate (see
@@ -164,14 +165,12 @@ class GraphBackend:
         """Property → its words, for every property of the graph's schema ("office_city"): a field
         another source also names is no field only that source holds.
         """
-        from tools.graph_patterns import load_patterns
-
         schema = services.graph_tool.schema()
         props = [p.name for n in schema.nodes for p in n.props] + [p.name for r in schema.rels for p in r.props]
         # the columns a mirrored pattern's relation is in the database ("employees.manager_id" for
         # REPORTS_TO): the graph holds that field too
-        path = services.settings.graph_patterns_file()
-        forms = [p.mirrored for p in load_patterns(path).patterns if p.mirrored is not None] if path.exists() else []
+        engine = _patterns(services)  # the process-wide engine: the planner asks on every question
+        forms = [p.mirrored for p in engine.patterns.patterns if p.mirrored is not None] if engine is not None else []
         props += [f.rsplit(".", 1)[-1] for form in forms for f in [*form.columns.values(), *form.keys.values()]]
         return {name: [name.replace("_", " ")] for name in dict.fromkeys(props)}
 
