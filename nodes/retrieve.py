@@ -13,6 +13,7 @@ instead: the database and the graph hold many of the same records.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -24,7 +25,7 @@ from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, svc, trace, user_text
 from tools.backends import BACKENDS, BackendCall
-from tools.backends.base import Finding, part_position
+from tools.backends.base import PART_JOINER, Finding, asks_each_row, part_position, pointing_pieces
 from tools.llm import Usage
 from tramita.core.planner_hints import stages
 
@@ -86,6 +87,27 @@ def reads(question: str, parts: Mapping[str, str], reader: str, source: str) -> 
     return at[reader] < 0 or at[source] < 0 or at[source] < at[reader]
 
 
+def own_chain(name: str, text: str) -> tuple[str, str] | None:
+    """(the pieces before, the pieces from the first that points back) of the text a backend that
+    aggregates over what it is given answers, when a later piece of it points back at an earlier
+    one of it ("Who is X's manager, and how many expenses did that manager approve?", both the
+    database's); None otherwise.
+
+    Why: one query cannot find the manager and count her approvals; asked as one question, the
+    fill named a manager of its own making. A piece that asks a column of each row ("e de que time
+    é cada um?") is the same query's. Asked in turn, the second reads the first's rows, as it
+    reads another backend's.
+    """
+    if not getattr(BACKENDS.get(name), "aggregates", False) or PART_JOINER in text:
+        return None
+    rest = pointing_pieces(text)
+    if rest and asks_each_row(rest[0]):  # "… e de que time é cada um?": a column of the same rows, one query
+        return None
+    at = text.find(rest[0]) if rest else -1
+    head = re.sub(r"(?:[\s,;?]|\b(?:e|and|mas|but)\b)+$", "", text[:at]) if at > 0 else ""
+    return (head, text[at:]) if head else None
+
+
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     """One context per planned backend, stage by stage (each stage in parallel); errors become
     gaps, never a crashed turn. When a planned backend that writes its own query fails to query,
@@ -105,11 +127,11 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
     given: list[Finding] = []
     ordered = stages(planned, parts, question)
 
-    def call_for(name: str, text: str, feeds: bool) -> BackendCall:
-        usages[name] = Usage()
-        read = tuple(f for f in given if reads(question, parts, name, f.backend))
+    def call_for(name: str, text: str, feeds: bool, own: tuple[Finding, ...] = ()) -> BackendCall:
+        usage = usages.setdefault(name, Usage())
+        read = tuple(f for f in given if reads(question, parts, name, f.backend) and f not in own)
         return BackendCall(question=text, today=ctx.today, profile=ctx.llm_backend, services=svc(ctx),
-                           usage=usages[name], top_k=ctx.docs_top_k, whole=question, given=read, feeds=feeds)
+                           usage=usage, top_k=ctx.docs_top_k, whole=question, given=(*read, *own), feeds=feeds)
 
     def collect(name: str, fut: Any) -> None:
         contexts.append(_result(name, fut, ctx.backend_timeout_seconds))
@@ -120,11 +142,17 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         given.extend(findings(contexts[-1]))
 
     for i, stage in enumerate(ordered):
-        futures = {name: _POOL.submit(BACKENDS[name].run, call_for(name, parts.get(name, question),
-                                                                   i < len(ordered) - 1))
+        later = i < len(ordered) - 1
+        chained = {name: pair for name in stage if (pair := own_chain(name, parts.get(name, question))) is not None}
+        futures = {name: _POOL.submit(BACKENDS[name].run, call_for(name, chained[name][0] if name in chained
+                                                                   else parts.get(name, question),
+                                                                   later or name in chained))
                    for name in stage}
         for name, fut in futures.items():
             collect(name, fut)
+        for name, (_, tail) in chained.items():  # its own piece that points back, over what it found
+            own = tuple(findings(next(c for c in reversed(contexts) if c.get("backend") == name)))
+            collect(name, _POOL.submit(BACKENDS[name].run, call_for(name, tail, later, own)))
     standby = plan.get("standby")
     extra: dict[str, Any] = {}
     failed = _failed_query(contexts) if standby in BACKENDS and standby not in planned else None

@@ -274,18 +274,24 @@ def without_column_names(answer: str, contexts: list[dict[str, Any]]) -> str:
 
     def sentence(m: re.Match[str]) -> str:
         s = m.group(0)
+        labels: list[tuple[int, int]] = []
         for hit in column.finditer(s):
             starts = [c.start() for c in _CLAUSE_START.finditer(s, 0, hit.start())]
             after = next((c.start() for c in _CLAUSE_START.finditer(s, hit.end()) if c.group(0).strip() != ":"), len(s))
             clause = fold(s[starts[-1] if starts else 0:after])
-            # a name beside one of its values is a label the model copied ("incident_id: INC-2080"), not a gap
+            # a name beside one of its values is a label the model copied ("SRE teams.name"): the
+            # name goes, the value stays
             if any(v and _writes(clause, v) for v in values[hit.group(1).casefold()]):
+                labels.append(hit.span())
                 continue
             if not starts:
                 return ""
             end = s.rstrip()[-1] if s.rstrip()[-1:] in ".!?" else "."
             return s[:starts[-1]].rstrip(" ,;:") + end + s[len(s.rstrip()):]
-        return s
+        for a, b in reversed(labels):
+            tail = re.match(r"\s*[:=]\s*", s[b:])  # "incident_id: INC-2080"
+            s = s[:a].rstrip(" ") + (" " if a and tail is None else "") + s[b + (tail.end() if tail else 0):].lstrip(" ")
+        return re.sub(r" +([,.;!?])", r"\1", s) if labels else s
 
     text = _SENTENCE.sub(sentence, answer)
     return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip() or not ln).strip()
@@ -444,6 +450,18 @@ def _with_figures(rows: list[dict[str, Any]], labels: list[str], query: str, lan
     return [f"{label} ({format_number(r[column], lang, unit)})" for label, r in zip(labels, rows, strict=True)]
 
 
+def _figures_cut(rows: list[dict[str, Any]], labels: list[str], query: str, answer: str) -> bool:
+    """Whether the answer names every group of a breakdown (`_with_figures`' rows) but leaves out
+    some of their figures: "each of these services had 8 incidents" over counts of 1 to 8.
+    """
+    if not _GROUPED.search(query) or len(labels) != len(rows):
+        return False
+    numeric = [col for col in rows[0] if all(_is_figure(r.get(col)) for r in rows)]
+    if len(numeric) != 1:
+        return False
+    return not all(_figure_written(answer, v) for v in {r[numeric[0]] for r in rows})
+
+
 def _figure_written(answer: str, value: Any) -> bool:
     """Whether `answer` writes the number `value` (to two decimals), in either language's marks
     ("1.478,93" or "1,478.93"); False for a value that is no number.
@@ -521,7 +539,8 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
         # none named and no count of them stated: the answer did not read the result ("no service
         # calls it" over four rows that do), so the rows themselves are given
         unread = bool(labels) and not named and not re.search(rf"(?<![\w.,]){len(labels)}(?![\w]|[.,]\d)", answer)
-        if (2 if one else 1) <= len(named) < len(labels) or unread or _attributes_cut(rows, labels, folded):
+        if (2 if one else 1) <= len(named) < len(labels) or unread or _attributes_cut(rows, labels, folded) \
+                or (len(named) == len(labels) and _figures_cut(rows, labels, str(c.get("query") or ""), answer)):
             figures = _with_figures(rows, labels, str(c.get("query") or ""), lang, units or {}) or \
                 _with_attribute(rows, labels)
             items = "; ".join(figures) if figures else ", ".join(labels)

@@ -414,7 +414,9 @@ def test_the_list_names_the_column_that_tells_the_rows_apart() -> None:
     ("O time é a Equipe Q e o líder é `owner_team.name`. Mais nada.", "O time é a Equipe Q. Mais nada."),
     ("owner_team.name is the owner.\nEquipe Q owns it.", "Equipe Q owns it."),
     ("The team on record is Equipe Q.", "The team on record is Equipe Q."),  # a plain word "team" is no column
-    ("owner_team.name: Equipe Q.", "owner_team.name: Equipe Q."),  # beside its value: a copied label, no gap
+    # beside its value: a copied label, no gap; the label goes and the value stays
+    ("owner_team.name: Equipe Q.", "Equipe Q."),
+    ("O Lucas é do time Equipe Q owner_team.name, de Engenharia.", "O Lucas é do time Equipe Q, de Engenharia."),
 ])
 def test_a_clause_that_writes_a_column_name_for_its_value_goes(answer: str, expected: str) -> None:
     contexts = [{"backend": "sql", "rows": [{"owner_team.name": "Equipe Q", "team": "Equipe Q"}]}]
@@ -622,6 +624,20 @@ def test_a_breakdown_cut_short_gets_each_groups_figure() -> None:
     two = {**ctx, "rows": [{**r, "n": 1} for r in ctx["rows"]]}
     assert complete_list("Segurança.", [two], "pt", "Gasto por time", units).endswith(
         "Lista completa: Segurança, Produto, SRE.")
+
+
+def test_a_breakdown_whose_groups_are_named_without_their_figures_gets_each_groups_figure() -> None:
+    """Written for this test: a count per service, answered with every service named and one figure
+    for all of them ("each had 8"). The list gives each service its own count; an answer that
+    writes every group's figure is left as it is."""
+    query = "SELECT s.service_id, COUNT(*) AS n FROM incidents i JOIN services s ON 1 GROUP BY s.service_id"
+    ctx = {"backend": "sql", "query": query,
+           "rows": [{"service_id": "svc-a", "n": 8}, {"service_id": "svc-b", "n": 3}, {"service_id": "svc-c", "n": 0}]}
+    wrong = complete_list("svc-a, svc-b e svc-c tiveram 8 incidentes cada.", [ctx], "pt",
+                          "Quantos incidentes teve cada um desses serviços?")
+    assert wrong.endswith("Lista completa: svc-a (8); svc-b (3); svc-c (0).")
+    right = "svc-a teve 8 incidentes, svc-b teve 3 e svc-c teve 0."
+    assert complete_list(right, [ctx], "pt", "Quantos incidentes teve cada um desses serviços?") == right
 
 
 def test_a_list_of_rows_with_one_attribute_keeps_each_rows_attribute() -> None:

@@ -256,6 +256,20 @@ def test_a_graph_pattern_that_feeds_a_later_backend_answers_despite_an_aggregate
     assert counted["path"] == "pattern:incident_services" and counted["rows"] == [{"count": 3}]
 
 
+def test_a_fed_pattern_is_not_failed_for_the_records_a_later_source_counts(novaops_services: Services) -> None:
+    """Written for this test, real graph. "Os serviços que dependem do postgres-main tiveram quantos
+    incidentes no total?" and "…, and how many incidents did each of them have?": the graph holds
+    incidents too, so its dependency pattern was failed as reading no incident, and its fallback
+    wrote a query that did not run. Fed to a later source, what the question counts and the piece
+    that points back are that source's; alone, the check stands."""
+    for question in ("Os serviços que dependem do postgres-main tiveram quantos incidentes no total?",
+                     "Which services depend on postgres-main, and how many incidents did each of them have?"):
+        fed, found = _graph_findings(novaops_services, question, feeds=True)
+        assert fed["path"] == "pattern:service_dependents" and found, (question, fed.get("pattern_reason"))
+        alone, _ = _graph_findings(novaops_services, question, feeds=False)
+        assert not alone["path"].startswith("pattern:"), question
+
+
 def test_the_graph_tries_the_whole_question_when_its_part_names_too_little(novaops_services: Services) -> None:
     ctx, _ = _graph_findings(novaops_services, "name those services too",
                              f"Which services did {INCIDENT} hit? Name those services too.")
@@ -400,6 +414,48 @@ def test_real_model_counts_over_the_set_the_graph_found(novaops_settings: Any, n
     assert direct["path"] == "semantic:direct" and [tuple(r.values()) for r in direct["rows"]] == gold, direct
 
 
+def test_a_backend_asked_both_pieces_of_a_chain_answers_them_in_turn() -> None:
+    """Written for this test: "Who is X's manager, and how many expenses did that manager approve?"
+    is the database's twice; one query cannot do both. The piece that points back is asked after
+    the one before it. Not for a backend that does not aggregate over what it is given, a text of
+    several planner parts, a question whose pieces do not point back, or a piece that asks a column
+    of each row the piece before lists (one query answers both)."""
+    from nodes.retrieve import own_chain
+
+    question = "Who is Ana Prado's manager, and how many expenses did that manager approve?"
+    assert own_chain("sql", question) == ("Who is Ana Prado's manager", "how many expenses did that manager approve?")
+    assert own_chain("graph", question) is None
+    assert own_chain("sql", "Who leads Atlas; how many tickets does that person have?") is None  # planner parts
+    assert own_chain("sql", "Who leads Atlas, and how many tickets are open?") is None
+    assert own_chain("sql", "Quais serviços são tier 3, e de que time é cada um?") is None  # the same rows'
+    assert own_chain("sql", "Which services are tier 3, and who owns each of them?") is None
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_real_model_answers_a_chain_of_two_database_pieces_in_turn(novaops_settings: Any, novaops: Path,
+                                                                   pristine: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written for this test, the real local model and database: the manager is found by the
+    mirrored pattern's form, then her approvals are counted through the approver (the pointed words
+    "that manager" say what the value is, "approve" its role), not through the spender's manager."""
+    from nodes.retrieve import retrieve
+
+    monkeypatch.setenv("TRAMITA_MODELS_DIR", os.environ.get("TRAMITA_MODELS_DIR") or str(pristine / "models"))
+    services = Services(dataclasses.replace(novaops_settings, llm_profile="local"))
+    question = "Who is Sofia Marques's manager, and how many expenses did that manager approve?"
+    state: Any = {"messages": [HumanMessage(question)], "plan": {"backends": ["sql"], "parts": {}}}
+    out = retrieve(state, SimpleNamespace(context=Context(services=services, llm_backend="local",  # type: ignore[arg-type]
+                                                          today="2026-05-15")))
+    head, tail = out["contexts"]
+    manager = _rows(novaops, "SELECT m.full_name FROM employees e JOIN employees m ON m.employee_id = e.manager_id "
+                             "WHERE e.full_name = 'Sofia Marques'")
+    assert [tuple(r.values()) for r in head["rows"]] == manager, head
+    gold = _rows(novaops, "SELECT COUNT(*) FROM expenses x JOIN employees a ON a.employee_id = x.approver_id "
+                          "JOIN employees e ON a.employee_id = e.manager_id WHERE e.full_name = 'Sofia Marques'")
+    assert tail["backend"] == "sql" and [tuple(r.values()) for r in tail["rows"]] == gold, tail
+
+
 def test_a_set_of_people_bounds_through_the_role_the_question_names_and_no_other(tool: SQLTool,
                                                                                  novaops: Path) -> None:
     from tools.semantic_layer import layer_for
@@ -429,6 +485,25 @@ def test_a_later_source_reads_the_found_set_in_place_of_the_clause_it_answers() 
     empty = Finding("graph", column="service", values=(), clause=found.clause)
     assert bounded_question(part, [empty]) == part
     assert bounded_question(part, [Finding("graph", column="service", values=found.values)]) == part
+
+
+def test_a_later_piece_that_points_back_is_the_later_sources_question() -> None:
+    """Written for this test: "Which services does X depend on, and how many open tickets does each
+    of them have?" with the dependencies written in X's place asked which services they depend on.
+    The piece that points back ("each of them") is the later source's question over the set it is
+    given; a piece that holds the answered clause, or no piece that points back, keeps the clause
+    replaced as before."""
+    from tools.backends.base import Finding, bounded_question
+
+    found = Finding("graph", column="service", values=("event-bus", "redis-cache"), clause="svc-x")
+    asked = "Which services does svc-x depend on, and how many open tickets does each of them have?"
+    assert bounded_question(asked, [found]) == "how many open tickets does each of them have"
+    pt = "Quais serviços o svc-x chama? E quantos incidentes esses serviços tiveram?"
+    assert bounded_question(pt, [found]) == "quantos incidentes esses serviços tiveram"
+    plain = "How many open tickets do the services svc-x calls have?"
+    assert bounded_question(plain, [found]) == "How many open tickets do the services event-bus, redis-cache calls have?"
+    again = "Which services does svc-x depend on, and do they depend on svc-x too?"
+    assert bounded_question(again, [found]) == again.replace("svc-x", "event-bus, redis-cache", 1)
 
 
 def test_a_pronoun_after_a_passage_is_asked_about_the_one_name_it_holds(novaops_services: Services) -> None:
@@ -636,6 +711,14 @@ def test_a_passage_heading_with_a_colon_is_no_field_and_its_names_are_not_the_re
     assert fields_asked(passage, whole) == []
     assert fields_asked(passage, "The RV-42 review names an incident lead. Is that person on call?") == [
         "Priscila Antunes"]
+    # a label's word said in another form of its root ("commanded" for "commander"), and not a
+    # word that only shares its first letters ("autorizou" is no "Autores")
+    fields = "**Incident commander:** Ana Prado · **Autores:** Rui Lobo, Eva Sá"
+    assert fields_asked(fields, "Who commanded that incident, and how many tickets does that person have?") == [
+        "Ana Prado"]
+    assert fields_asked(fields, "Quem comandou o incidente e quantos tickets ele tem?") == []  # "commander" unsaid
+    assert fields_asked("**Comandante do incidente:** Ana Prado", "Quem comandou o incidente?") == ["Ana Prado"]
+    assert fields_asked(fields, "Quem autorizou a mudança?") == []
     # without the blank line after it, a "Label: value" line is a field as before
     assert labelled_fields("Owner: Lucas Oliveira — SRE\nmore") == [("Owner", "Lucas Oliveira — SRE")]
     engine = PatternEngine.for_file(novaops_services.settings.graph_patterns_file())

@@ -1003,6 +1003,14 @@ def test_relative_clauses() -> None:
         == ["que cuida do auth-service"]
     assert relative_clauses("Which incidents hit the services that call auth-service, directly or indirectly?",
                             openers) == ["that call auth-service, directly or indirectly"]
+    # a count phrase ends the clause, with the verb right before it: its count is the question's
+    counts = ["quantos", "how many"]
+    assert relative_clauses("Os serviços que dependem do auth-service tiveram quantos incidentes?", openers,
+                            counts) == ["que dependem do auth-service"]
+    assert relative_clauses("Os serviços que dependem do auth-service, quantos incidentes tiveram?", openers,
+                            counts) == ["que dependem do auth-service"]
+    assert relative_clauses("How many tickets do the services that call auth-service have?", openers, counts) \
+        == ["that call auth-service have"]
 
 
 def test_counting_query_and_count_nouns() -> None:

@@ -453,6 +453,17 @@ def test_a_field_only_the_database_holds_takes_the_graphs_place(novaops_services
     assert "graph" in [n for n, _ in kept.matches[0].ranked], kept.trace()
 
 
+def test_a_part_that_counts_records_is_the_record_stores_when_the_documents_are_nearer(novaops_services: Any) -> None:
+    """Written for this test, real e5 and the ingested stores. "… e quantas despesas essa gestora
+    aprovou?" is nearest the expense policy by its words, and the documents were planned for it;
+    the expenses it counts are the database's. A part that asks a rule keeps the documents."""
+    routed = ph.route("Quem é a gestora da Bianca Torres e quantas despesas essa gestora aprovou?", novaops_services)
+    assert routed.decision == "close" and routed.best == ["sql", "graph"], routed.trace()
+    rule = ph.route("Quem é a gestora da Bianca Torres e qual o limite de refeições da política de despesas?",
+                    novaops_services)
+    assert "docs" in (rule.chosen or rule.best), rule.trace()
+
+
 def test_a_one_join_relation_is_planned_for_the_database_and_a_deeper_one_for_the_graph(
         novaops_services: Any) -> None:
     """Written for this test, real e5, patterns and stores. A person's manager or direct reports,

@@ -457,6 +457,60 @@ def test_settle_shows_a_condition_on_one_record_instead_of_filtering_by_it(layer
     assert kept.filters == [("budget_requests.status", "=", "approved")]
 
 
+def test_settle_moves_a_value_from_a_pointed_role_to_the_role_the_other_words_name(
+        layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
+    """Written for this test. "Who manages X, and how many expenses did that manager approve?": the
+    earlier source's manager was filled through the spender's manager and counted the expenses of
+    her reports. The words after "that" say what the value is; "approve" names its role here. A
+    question that still names the pointed role elsewhere ("the reports of that manager", "that
+    manager's team") keeps it."""
+    filled = {"measures": ["expenses.count"],
+              "filters": [{"field": "manager.full_name", "op": "=", "value": "Patrícia Gomes"}]}
+    given = {"patricia gomes"}  # what the earlier source found, as settle hears it
+    settled, notes = layer.settle(layer.parse(filled), "how many expenses did that manager approve", heard=given)
+    assert settled.filters == [("approver.full_name", "=", "Patrícia Gomes")], notes
+    gold = _rows(novaops, "SELECT COUNT(*) FROM expenses x JOIN employees e ON e.employee_id = x.approver_id "
+                          "WHERE e.full_name = 'Patrícia Gomes'")
+    assert results_match(gold, _answer(layer, tool, settled), strict=True)
+    pt, notes = layer.settle(layer.parse(filled), "quantas despesas essa gestora aprovou", heard=given)
+    assert ("approver.full_name", "=", "Patrícia Gomes") in pt.filters, notes  # "aprovou" also says the status
+    assert not any(f.startswith("manager.") for f, _, _ in pt.filters)
+    for kept in ("how many expenses did the reports of that manager submit",
+                 "how many expenses did that manager's team submit"):
+        settled, _ = layer.settle(layer.parse(filled), kept, heard=given)
+        assert settled.filters == [("manager.full_name", "=", "Patrícia Gomes")], kept
+
+
+def test_a_role_said_in_the_plural_names_its_kind_of_referent(layer: SemanticLayer) -> None:
+    """Written for this test. "quantos tickets abertos estão atribuídos a ele" after a passage naming
+    a person and a service: the role's words ("atribuído a") are said in the plural, and the person
+    was not taken for what "ele" points at, so the count ran over another name. Each word of a
+    role's phrase may be plural; a phrase whose words are not said names nothing."""
+    hits = [("employees", "full_name", "Gonçalo Pereira"), ("services", "service_id", "auth-service")]
+    assert layer.referents("quantos tickets abertos estão atribuídos a ele", hits) == ["Gonçalo Pereira"]
+    assert layer.referents("quantos tickets abertos ele tem", hits) == []
+
+
+def test_a_count_per_listed_group_gives_the_groups_no_row_counts_a_zero(novaops: Path) -> None:
+    """Written for this test, real database: open tickets per service over three services, one of
+    which has none. The query's rows hold two groups; the third is a zero, not a gap the small
+    model fills with a count of its own."""
+    tool = SQLTool(f"sqlite:///{novaops}")
+    listed = ["ledger-service", "postgres-main", "redis-cache"]
+    obj = {"measures": ["tickets.count"], "dimensions": ["services.service_id"],
+           "filters": [{"field": "services.service_id", "op": "in", "value": listed},
+                       {"field": "tickets.status", "op": "=", "value": "open"}]}
+    rows = answer_object(obj, tool, MODEL).rows
+    gold = dict(_rows(novaops, "SELECT service_id, COUNT(*) FROM tickets WHERE status = 'open' AND service_id IN "
+                               "('ledger-service', 'postgres-main', 'redis-cache') GROUP BY service_id"))
+    assert "ledger-service" not in gold
+    assert {r["services.service_id"]: r["tickets.count"] for r in rows} == {**gold, "ledger-service": 0}
+    # a count not filtered by a list of its groups gets no rows the query did not give
+    every = {**obj, "filters": obj["filters"][1:]}
+    assert len(answer_object(every, tool, MODEL).rows) == len(
+        _rows(novaops, "SELECT service_id FROM tickets WHERE status = 'open' GROUP BY service_id"))
+
+
 def test_settle_lists_records_in_their_own_order(layer: SemanticLayer, tool: SQLTool, novaops: Path) -> None:
     """Written for this test. A list that names no order reads by the date a period is on ("hired
     in 2024": by hire date), else by the records' key; before, it read by its first column (names
@@ -2511,6 +2565,10 @@ def test_a_record_named_by_its_key_is_looked_up_by_the_columns_and_roles_asked(n
     assert named is not None and named["dimensions"] == ["projects.name", "projects.budget_usd", "lead.full_name"]
     assert answer_object(named, tool, MODEL).rows == [
         {"projects.name": "Design System Aurora", "projects.budget_usd": 90000, "lead.full_name": "Rita Gouveia"}]
+    # the entity's own words left out of a column's synonym ("orçamento do projeto"): said of one
+    # named project, "o orçamento dele" is its budget
+    own = lookup("Quem lidera o Design System Aurora e qual o orçamento dele?")
+    assert own is not None and own["dimensions"] == ["projects.name", "projects.budget_usd", "lead.full_name"]
     policy = lookup("According to the expense policy, can Ana approve EXP-0150?")  # "expense" names no column
     assert policy is not None and "expenses.expense_date" in policy["dimensions"] and len(policy["dimensions"]) == 8
     claim = lookup("Qual a categoria da EXP-0150?")  # not in the value index: read from the key column

@@ -1293,7 +1293,7 @@ class PatternEngine:
         # of a question whose aggregate is a later source's job. That clause is matched alone: it
         # chooses the pattern when the whole question matched none, and it is the part of the
         # question the rows stand for (the later source reads the rows in its place)
-        for clause in relative_clauses(question, vocab.relative_words) if rows_for_later else []:
+        for clause in relative_clauses(question, vocab.relative_words, vocab.count_words) if rows_for_later else []:
             found = self.choose(clause, usage=usage, backend=backend, gazetteer=gazetteer, given=given)
             if found.decision == "clear" and (choice.decision == "none" or found.name == choice.name):
                 choice, question, answered = (found, clause, clause) if choice.decision == "none" \
@@ -1467,7 +1467,7 @@ class PatternEngine:
             return False
         counting = set(aggregates) <= {fold(w) for w in vocab.count_words}
         gazetteer = self.gazetteer(engine, tool)
-        for text in [question, *relative_clauses(question, vocab.relative_words)]:
+        for text in [question, *relative_clauses(question, vocab.relative_words, vocab.count_words)]:
             ranked = self.rank(text, gazetteer)
             if ranked.decision == "clear" and ranked.best is not None:
                 pattern = self.patterns.pattern(ranked.best)
@@ -1513,21 +1513,29 @@ def _anchor(question: str, gazetteer: Gazetteer, patterns: PatternFile, params: 
     return (span_of(question, next(iter(used))) or "") if len(used) == 1 else ""
 
 
-def relative_clauses(question: str, openers: Iterable[str]) -> list[str]:
-    """The relative clauses of `question`, each from its opener to the end of its sentence, of three
-    words or more ("… for the services that depend on X, directly or indirectly?" → "that depend on
-    X, directly or indirectly"); an opener among a sentence's first two words opens no clause ("Que
-    severidade …").
+def relative_clauses(question: str, openers: Iterable[str], ends: Iterable[str] = ()) -> list[str]:
+    """The relative clauses of `question`, each from its opener to the end of its sentence, or to
+    the first of the phrases `ends` (the count words: "os serviços que dependem do X tiveram
+    quantos incidentes" asks its count of the clause's rows), of three words or more ("… for the
+    services that depend on X, directly or indirectly?" → "that depend on X, directly or
+    indirectly"); an opener among a sentence's first two words opens no clause ("Que severidade …").
     """
     regex = _word_re(openers)
     if regex is None:
         return []
+    stops = [fold(e).split() for e in ends]
     out: list[str] = []
     for sentence in re.split(r"[?;!]+|\.\s+", question):
         words = sentence.split()
         for i, word in enumerate(words[2:], start=2):
             if regex.fullmatch(fold(word)) and len(words) - i >= 3:
-                out.append(_clause_end(" ".join(words[i:])).strip(" ,"))
+                folded = [fold(re.sub(r"\W", "", w)) for w in words[i:]]
+                cut = min((at for stop in stops if stop for at in phrase_starts(folded, stop)), default=len(folded))
+                # the verb right before a count phrase ("tiveram", "have") goes with the count
+                if 0 < cut < len(folded) and re.fullmatch(r"[^\W\d_]+", words[i + cut - 1]) \
+                        and words[i + cut - 1].islower():
+                    cut -= 1
+                out.append(_clause_end(" ".join(words[i:i + cut])).strip(" ,"))
     return [c for c in out if len(c.split()) >= 3]
 
 

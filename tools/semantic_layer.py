@@ -57,7 +57,7 @@ from tools.semantic_model import (
 from tools.sql_mend import Scale, mend, scale_side, scales_of
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import MONTHS, asked_after_opener, fold, phrase_starts, stems
+from tramita.base.text import FIELD_STEM, MONTHS, asked_after_opener, fold, phrase_starts, stems
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -824,6 +824,50 @@ class SemanticLayer:
                         q.limit)
         return q, [f"{old} written as {new} (the role {base} has)" for old, new in renamed.items()]
 
+    def _pointed_roles(self, q: QueryObject, words: list[str]) -> tuple[QueryObject, list[str]]:
+        """A filter on a value the question does not say (an earlier source's), through a role the
+        question names only right after a word that points back ("that manager", "esse gestor"),
+        moved to the one role of the base entity to the same kind of row that the rest of the
+        question names ("approve"): the pointed words say what the value is, not its role here.
+
+        Why: "Who manages X, and how many expenses did that manager approve?" was filled with the
+        graph's manager through the spender's manager, and counted the expenses of her reports.
+        """
+        try:
+            base = self.plan(q).base
+        except SemanticQueryError:
+            return q, []
+        ent, text = self.spec.entities[base], " " + " ".join(words) + " "
+        pointers = folded_cues().references | folded_cues().pronouns
+        renamed: dict[str, str] = {}
+        for name, op, value in q.filters:
+            found = self._dimension(name)
+            if found is None or op != "=" or not isinstance(value, str) or _has(text, value):
+                continue
+            prefix, target, member, _ = found
+            joins = [j for e in self.spec.entities.values() for r, j in e.joins.items() if r == prefix and j.entity == target]
+            if len(joins) != 1:
+                continue
+            # the question without the pointed words that name this role ("that manager")
+            cut: set[int] = set()
+            for i, t in enumerate(words):
+                width = next((k for k in (1, 2) if t in pointers and _role_said(
+                    " " + " ".join(words[i + 1:i + 1 + k]) + " ", prefix, joins[0])), 0)
+                cut |= set(range(i, i + 1 + width)) if width else set()
+            rest = " " + " ".join(w for i, w in enumerate(words) if i not in cut) + " "
+            # "that manager's team", "the reports of that manager": the role is still said
+            if not cut or _role_rooted(rest, prefix, joins[0]) or " s " in text:
+                continue
+            others = [r for r, j in ent.joins.items() if j.entity == target and r != prefix and _role_rooted(rest, r, j)]
+            if len(others) == 1:
+                renamed[name] = f"{others[0]}.{member}"
+        if not renamed:
+            return q, []
+        q = QueryObject(q.expressible, list(q.measures), list(q.dimensions), list(q.segments),
+                        [(renamed.get(f, f), o, v) for f, o, v in q.filters], list(q.order), q.limit)
+        return q, [f"filter {old} written as {new} (the pointed words say what the value is; the question's other "
+                   f"words name its role)" for old, new in renamed.items()]
+
     def _roles_said_before(self, q: QueryObject, words: list[str]) -> tuple[QueryObject, list[str], list[str]]:
         """A filter that names a row by its label through one role of the base entity, moved to the
         role whose words stand right before that name in the question ("abertos pela X",
@@ -979,6 +1023,8 @@ class SemanticLayer:
         dropped_roles += one
         q, by_words, spent = self._roles_said_before(q, written)
         dropped_roles += by_words
+        q, pointed = self._pointed_roles(q, written)
+        dropped_roles += pointed
         said = _without_phrases(said, spent)  # "abertos pela X" says no status "open" to what follows
         tokens = _without_phrases(said, folded_cues().row_references)
         each_row = len(tokens) < len(said)  # "e o status de cada um": a column beside each listed row
@@ -3500,10 +3546,12 @@ class SemanticLayer:
         plain = [m for m, d in ent.dimensions.items() if m != ent.primary_key and (d.column or m) not in keys]
         # a column named, or one whose declared value is said ("foi resolvido?": its status); the
         # entity's own words name no column ("the expense policy … EXP-…" is no expense date)
+        own = sorted({fold(x) for x in [entity, *ent.synonyms]}, key=len, reverse=True)
         bare = text
-        for w in sorted({fold(x) for x in [entity, *ent.synonyms]}, key=len, reverse=True):
+        for w in own:
             bare = bare.replace(f" {w} ", " ")
         columns = [f"{entity}.{m}" for m in plain if self._said_column(entity, m, bare)
+                   or any(_has(bare, w) for w in _record_words(ent.dimensions[m], own))
                    or any(_has(text, w) for w in _declared_words(ent.dimensions[m]))]
         roles = [(r, j) for r, j in ent.joins.items() if _role_said(text, r, j)]
         if columns or roles:
@@ -3649,6 +3697,41 @@ def _spaced(text: str) -> str:
 def _column_words(member: str, dim: Dimension) -> list[str]:
     """The words that name a column in a question: its name, spaced, and its synonyms."""
     return [member.replace("_", " "), *dim.synonyms]
+
+
+def _record_words(dim: Dimension, own: Sequence[str]) -> list[str]:
+    """A column's synonyms said of one record of its entity: without the entity's own words and the
+    fillers they leave at the ends ("orçamento do projeto" → "orçamento" of a project named).
+
+    Why: within one named record, its entity is already said; "Quem lidera o Lakehouse Migration e
+    qual o orçamento dele?" asks for the project's budget, whose synonym names the project.
+    """
+    fillers = folded_cues().fillers
+    out = []
+    for synonym in dim.synonyms:
+        words = _spaced(synonym)
+        for w in own:
+            words = words.replace(f" {w} ", " ")
+        tokens = words.split()
+        while tokens and tokens[0] in fillers:
+            tokens = tokens[1:]
+        while tokens and tokens[-1] in fillers:
+            tokens = tokens[:-1]
+        if tokens and tokens != _spaced(synonym).split():
+            out.append(" ".join(tokens))
+    return out
+
+
+def _role_rooted(text: str, name: str, join: Join) -> bool:
+    """Whether the spaced, folded `text` names the join role `name` by its words or by a word of
+    the same root as one of them ("approve" for "approver", "aprovar" for "aprovador"): the first
+    FIELD_STEM letters, both words that long.
+    """
+    if _role_said(text, name, join):
+        return True
+    roots = {w[:FIELD_STEM] for p in [name.replace("_", " "), *join.synonyms] for w in fold(p).split()
+             if len(w) >= FIELD_STEM}
+    return any(w[:FIELD_STEM] in roots for w in text.split() if len(w) >= FIELD_STEM)
 
 
 def _role_said(text: str, name: str, join: Join) -> bool:
@@ -3935,11 +4018,23 @@ def _asks_number(tokens: list[str], text: str, synonyms: Iterable[str]) -> bool:
 
 
 def _has(text: str, words: str) -> bool:
-    """Whole-word, accent- and case-insensitive; a trailing 's' is optional (plural)."""
+    """Whole-word, accent- and case-insensitive; a trailing 's' is optional (plural), on each word
+    of a phrase ("atribuídos a" says "atribuído a").
+    """
     key = " ".join(fold(words).split())
     if not key:
         return False
-    return f" {key} " in text or f" {key}s " in text or (key.endswith("s") and f" {key[:-1]} " in text)
+    if f" {key} " in text or f" {key}s " in text or (key.endswith("s") and f" {key[:-1]} " in text):
+        return True
+    return " " in key and _plural_phrase(key).search(text) is not None
+
+
+@lru_cache(maxsize=4096)
+def _plural_phrase(key: str) -> re.Pattern[str]:
+    """A folded phrase whose words may each be said in the plural or the singular."""
+    forms = [re.escape(w[:-1]) + "s?" if w.endswith("s") and len(w) > 3 else re.escape(w) + "s?"
+             for w in key.split()]
+    return re.compile(" " + " ".join(forms) + " ")
 
 
 def _match_value(value: str, known: list[str], synonyms: dict[str, list[str]], *, loose: bool = True) -> str | None:
@@ -4408,6 +4503,25 @@ def answer_object(data: dict[str, Any], tool: Any, model_path: Path) -> Semantic
     return run
 
 
+def _zero_groups(layer: SemanticLayer, q: QueryObject, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` of a count per one dimension whose values an `in` filter lists, with a zero row for
+    each listed value no row counts, in the filter's order after the counted ones.
+
+    Why: "how many open tickets does each of them have" over six services found rows for five;
+    the small model gave the sixth a count of its own making. A count over no rows is zero.
+    """
+    if len(q.dimensions) != 1 or not q.measures or not rows or q.limit is not None:
+        return rows
+    dim = q.dimensions[0]
+    counts = [layer._measure(m) for m in q.measures]
+    listed = [v for f, o, v in q.filters if f == dim and o == "in" and isinstance(v, list)]
+    if len(listed) != 1 or not all(c is not None and c[2].agg in ("count", "count_distinct") for c in counts) \
+            or any(set(r) != {dim, *q.measures} for r in rows):
+        return rows
+    seen = {str(r[dim]) for r in rows}
+    return [*rows, *({dim: v, **dict.fromkeys(q.measures, 0)} for v in listed[0] if str(v) not in seen)]
+
+
 def _static(layer: SemanticLayer) -> dict[str, str]:
     """The query prompt's static prefix values: the model and its worked examples."""
     return {"model": layer.describe(), "examples": layer.examples_text()}
@@ -4442,6 +4556,8 @@ def _execute_all(layer: SemanticLayer, queries: Sequence[QueryObject], tool: Any
         else:
             run.sql = _union([c.sql for c in compiled], queries)
         run.rows = tool.query(run.sql)
+        if len(compiled) == 1:
+            run.rows = _zero_groups(layer, compiled[0].query, run.rows)
         run.ok = True
         return True
     except SemanticQueryError as exc:

@@ -142,10 +142,52 @@ def bounded_question(question: str, given: Sequence[Finding]) -> str:
     later source cannot express (the semantic layer declares no dependency closure) and the whole
     question is refused or answered about X.
     """
-    for f in given:
-        if f.clause and f.values and f.clause in question:
-            question = question.replace(f.clause, ", ".join(f.values), 1)
+    answered = [f for f in given if f.clause and f.values and f.clause in question]
+    later = _pointing_pieces(question, [f.clause for f in answered])
+    if later:
+        return later
+    for f in answered:
+        question = question.replace(f.clause, ", ".join(f.values), 1)
     return question
+
+
+def _pointing_pieces(question: str, clauses: Sequence[str]) -> str:
+    """The pieces of `question` that point back (`pointing_pieces`), when the first piece holds
+    every clause an earlier source answered and they hold none; "" otherwise.
+
+    Why: "Which services does X depend on, and how many open tickets does each of them have?"
+    with the dependencies written in X's place asked which services they depend on; the later
+    source's own question is the piece that points back, over the set it is given.
+    """
+    pieces = [p.strip() for p in _PARTS.split(question) if p and p.strip()]
+    rest = pointing_pieces(question)
+    if not clauses or not rest or not all(c in pieces[0] for c in clauses) \
+            or any(c in p for c in clauses for p in rest):
+        return ""
+    return ", ".join(rest)
+
+
+def asks_each_row(piece: str) -> bool:
+    """Whether `piece` says a row reference ("cada um", "each of them"): a column of each row."""
+    from tools.semantic_layer import folded_cues
+
+    said = f" {' '.join(tokens(piece))} "
+    return any(f" {r} " in said for r in folded_cues().row_references)
+
+
+def pointing_pieces(question: str) -> list[str]:
+    """The pieces of `question` after its first, from the first that points back at what came
+    before ("each of them", "esses", "that person"); [] when none does.
+    """
+    from tools.semantic_layer import folded_cues
+
+    pieces = [p.strip() for p in _PARTS.split(question) if p and p.strip()]
+    cues = folded_cues()
+    pointers = cues.references | cues.pronouns
+    for i, piece in enumerate(pieces[1:], start=1):
+        if pointers & set(tokens(piece)) or asks_each_row(piece):
+            return pieces[i:]
+    return []
 
 
 # where a question that asks two things splits ("… agora? E o que diz o runbook …")

@@ -12,12 +12,13 @@ through `GraphTool.query` (guard, read-only, row cap), and the context records w
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import PART_JOINER, BackendCall, Finding, render_about, row_findings
+from tools.backends.base import PART_JOINER, BackendCall, Finding, pointing_pieces, render_about, row_findings
 from tools.services import Services
-from tramita.base.text import fields_asked
+from tramita.base.text import fields_asked, fold, phrase_starts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -198,11 +199,19 @@ class GraphBackend:
     @staticmethod
     def _missed(call: BackendCall, query: str) -> list[str]:
         """The node labels the graph's part asks for that `query` does not read (see
-        `tools.graph_patterns.missed_labels`); none without a usable patterns file.
+        `tools.graph_patterns.missed_labels`); none without a usable patterns file. With a later
+        source to build on its rows, what the question counts and the pieces that point back are
+        that source's ("os serviços que dependem do X tiveram quantos incidentes?", "…, and how
+        many incidents did each of them have?").
         """
+        asked = call.question
+        if call.feeds:
+            for piece in pointing_pieces(asked):
+                asked = asked.replace(piece, " ")
+            asked = _without_counted(asked)
         try:
             engine = _patterns(call.services)
-            return [] if engine is None else engine.missed(query, call.question, call.services.graph_tool)
+            return [] if engine is None else engine.missed(query, asked, call.services.graph_tool)
         except Exception as exc:  # noqa: BLE001 - a bad file is reported by the pattern path already
             log.warning("graph patterns unusable for the fallback's label check: %s", exc)
             return []
@@ -253,3 +262,19 @@ def _patterns(services: Services) -> PatternEngine | None:
 
     path = services.settings.graph_patterns_file()
     return PatternEngine.for_file(path) if path.exists() else None
+
+
+def _without_counted(text: str) -> str:
+    """`text` without each count cue and the two words after it ("quantos incidentes", "how many
+    open tickets"): what a question counts.
+    """
+    from tools.semantic_layer import folded_cues
+
+    words = re.findall(r"\S+", text)
+    folded = [fold(re.sub(r"\W", "", w)) for w in words]
+    cut: set[int] = set()
+    for phrase in folded_cues().aggregations.get("count", ()):
+        size = len(phrase.split())
+        for i in phrase_starts(folded, phrase.split()):
+            cut |= set(range(i, i + size + 2))
+    return " ".join(w for i, w in enumerate(words) if i not in cut)

@@ -262,16 +262,22 @@ def labelled_fields(text: str) -> list[tuple[str, str]]:
     return out
 
 
+FIELD_STEM = 6  # a field label's word and a question's word of one root ("comandante", "comandou")
+
+
 def fields_asked(text: str, asked: str) -> list[str]:
     """The values of the `labelled_fields` of `text` whose label the question `asked` says (every
     word of three letters or more), in reading order: "names an incident commander" asks for the
-    value of "Incident commander: …", not of "Authors: …".
+    value of "Incident commander: …", not of "Authors: …", and so does "who commanded …".
     """
     said = set(re.findall(r"\w+", fold(asked)))
+    # a label word said in another form ("commanded" for "Incident commander", "comandou" for
+    # "Comandante"): the same first FIELD_STEM letters, both words that long
+    roots = {w[:FIELD_STEM] for w in said if len(w) >= FIELD_STEM}
     out = []
     for label, value in labelled_fields(text):
         needed = [w for w in re.findall(r"\w+", fold(label)) if len(w) >= 3]
-        if needed and all(w in said for w in needed):
+        if needed and all(w in said or (len(w) >= FIELD_STEM and w[:FIELD_STEM] in roots) for w in needed):
             out.append(value)
     return out
 

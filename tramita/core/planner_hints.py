@@ -824,6 +824,17 @@ def resolved(pieces: list[str], masker: Masker) -> list[str]:
     return out
 
 
+def _counted_top(part: Match, top: str, names: Sequence[str], services: Services) -> str:
+    """A close part's source: `top`, unless it holds no records and the part counts records a
+    record store holds ("quantas despesas essa gestora aprovou", nearest the expense policy by its
+    words): that store counts them.
+    """
+    if part.decision != "close" or stands_in(top):
+        return top
+    counters = [n for n in _saying("counts_records", services, part.text) if n in names and n != top]
+    return counters[0] if counters else top
+
+
 def route(question: str, services: Services, *, embeddings: Embeddings | None = None,
           index: VocabularyIndex | None = None) -> Route:
     """The vocabulary match of `question` (see the module docstring); never calls an LLM."""
@@ -913,7 +924,8 @@ def route(question: str, services: Services, *, embeddings: Embeddings | None = 
     # for a two-part question loses the other part's answer
     # a close part that points back takes its best candidate no clear part has won
     won = {x.best for x in pieces if x.decision == "clear"}
-    tops = {(x.pointing_candidates(won) or [x.ranked[0][0]])[0] for x in pieces if x.ranked and x.decision != "none"}
+    tops = {_counted_top(x, (x.pointing_candidates(won) or [x.ranked[0][0]])[0], names, services)
+            for x in pieces if x.ranked and x.decision != "none"}
     # parts that agree on one source take it (with any source the whole question's words require),
     # whichever source the whole question ranked first
     best = [n for n in names if n in tops | set(needed)] if tops else []
