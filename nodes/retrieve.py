@@ -25,8 +25,17 @@ from graph.context import Context
 from graph.state import State
 from nodes.common import ctx_of, svc, trace, user_text
 from tools.backends import BACKENDS, BackendCall
-from tools.backends.base import PART_JOINER, Finding, asks_each_row, part_position, pointing_pieces
+from tools.backends.base import (
+    PART_JOINER,
+    Finding,
+    asks_each_row,
+    demonstrative_nouns,
+    part_position,
+    pointing_pieces,
+)
 from tools.llm import Usage
+from tools.services import Services
+from tramita.base.text import fold, tokens
 from tramita.core.planner_hints import stages
 
 _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="retrieve")
@@ -87,7 +96,7 @@ def reads(question: str, parts: Mapping[str, str], reader: str, source: str) -> 
     return at[reader] < 0 or at[source] < 0 or at[source] < at[reader]
 
 
-def own_chain(name: str, text: str) -> tuple[str, str] | None:
+def own_chain(name: str, text: str, services: Services | None = None) -> tuple[str, str] | None:
     """(the pieces before, the pieces from the first that points back) of the text a backend that
     aggregates over what it is given answers, when a later piece of it points back at an earlier
     one of it ("Who is X's manager, and how many expenses did that manager approve?", both the
@@ -101,11 +110,41 @@ def own_chain(name: str, text: str) -> tuple[str, str] | None:
     if not getattr(BACKENDS.get(name), "aggregates", False) or PART_JOINER in text:
         return None
     rest = pointing_pieces(text)
-    if rest and asks_each_row(rest[0]):  # "… e de que time é cada um?": a column of the same rows, one query
+    if not rest or asks_each_row(rest[0]):  # "… e de que time é cada um?": a column of the same rows, one query
         return None
-    at = text.find(rest[0]) if rest else -1
+    at = text.find(rest[0])
     head = re.sub(r"(?:[\s,;?]|\b(?:e|and|mas|but)\b)+$", "", text[:at]) if at > 0 else ""
-    return (head, text[at:]) if head else None
+    # "that manager", "essa pessoa": a noun after a demonstrative, one the piece before does not
+    # put before a name ("e qual o orçamento desse projeto?" after "quem lidera o projeto X" is
+    # about X); and the piece asks something of its own ("how many did that person approve?" after
+    # "who approved the most" is the same query's count)
+    nouns = demonstrative_nouns(rest[0])
+    if not head or not nouns or set(nouns) & _before_names(head) or not _names_own(name, rest[0], nouns, services):
+        return None
+    return head, text[at:]
+
+
+def _before_names(text: str) -> set[str]:
+    """The folded words of `text` right before a capitalised word or a code ("projeto Atlas",
+    "incident INC-7"): the kind of a thing it names.
+    """
+    words = re.findall(r"[\w-]+", text)
+    return {fold(w) for w, after in zip(words, words[1:], strict=False)
+            if after[:1].isupper() or any(ch.isdigit() for ch in after)}
+
+
+def _names_own(name: str, piece: str, nouns: list[str], services: Services | None) -> bool:
+    """Whether `piece`, without its demonstratives and their nouns, names something backend `name`
+    holds (its `names_nothing` hook says no); True for a backend without the hook, or no services.
+    """
+    hook = getattr(BACKENDS.get(name), "names_nothing", None)
+    if hook is None or services is None:
+        return True
+    rest = " ".join(w for w in tokens(piece) if w not in nouns)
+    try:
+        return not hook(services, rest)
+    except Exception:  # noqa: BLE001 - a hook that fails keeps the question whole
+        return False
 
 
 def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -143,7 +182,8 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
 
     for i, stage in enumerate(ordered):
         later = i < len(ordered) - 1
-        chained = {name: pair for name in stage if (pair := own_chain(name, parts.get(name, question))) is not None}
+        chained = {name: pair for name in stage
+                   if (pair := own_chain(name, parts.get(name, question), svc(ctx))) is not None}
         futures = {name: _POOL.submit(BACKENDS[name].run, call_for(name, chained[name][0] if name in chained
                                                                    else parts.get(name, question),
                                                                    later or name in chained))

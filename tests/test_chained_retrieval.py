@@ -429,6 +429,22 @@ def test_a_backend_asked_both_pieces_of_a_chain_answers_them_in_turn() -> None:
     assert own_chain("sql", "Who leads Atlas, and how many tickets are open?") is None
     assert own_chain("sql", "Quais serviços são tier 3, e de que time é cada um?") is None  # the same rows'
     assert own_chain("sql", "Which services are tier 3, and who owns each of them?") is None
+    # a bare pronoun may point at what the piece before names (the project, not its lead), and a
+    # demonstrative's noun that piece says is about what it names
+    assert own_chain("sql", "Quem lidera o Novo App Mobile e qual o orçamento dele?") is None
+    assert own_chain("sql", "Quem lidera o projeto Atlas e qual o orçamento desse projeto?") is None
+
+
+def test_a_piece_that_names_nothing_of_its_own_stays_with_the_query_before(novaops_services: Services) -> None:
+    """Written for this test, real semantic model and database: "how many did that person approve?"
+    after "who approved the most expenses" names nothing the database holds beyond the person; it
+    is the same query's count. "how many expenses did that manager approve?" names the expenses."""
+    from nodes.retrieve import own_chain
+
+    assert own_chain("sql", "Who approved the most expenses, and how many did that person approve?",
+                     novaops_services) is None
+    assert own_chain("sql", "Who is Ana Prado's manager, and how many expenses did that manager approve?",
+                     novaops_services) is not None
 
 
 @pytest.mark.real_model

@@ -139,6 +139,8 @@ class QueryCues(BaseModel):
         default_factory=dict, description="words that point at what an earlier source found (those, esses)")
     pronouns: dict[str, list[str]] = Field(
         default_factory=dict, description="personal pronouns that point at one thing named before (ela, her)")
+    demonstratives: dict[str, list[str]] = Field(
+        default_factory=dict, description="reference words that go before a noun (esse, that): 'that manager'")
     recency_cues: dict[Literal["latest", "earliest"], list[str]] = Field(
         default_factory=dict, description="words for the newest or the oldest row of an entity")
     row_references: dict[str, list[str]] = Field(
@@ -221,6 +223,7 @@ class FoldedCues:
     lists: frozenset[str] = frozenset()  # "which", "quais": a question that asks for rows
     relatives: frozenset[str] = frozenset()  # "que", "which": a clause about the word before follows
     bounds: frozenset[str] = frozenset()  # "maximum", "maximo": a superlative that also names a limit
+    demonstratives: frozenset[str] = frozenset()  # "esse", "that": a reference word before a noun
 
 
 @lru_cache(maxsize=4)
@@ -251,7 +254,7 @@ def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
                       tuple(" ".join(fold(w).split()) for ws in f.open_ended.values() for w in ws),
                       tuple(" ".join(fold(w).split()) for ws in f.exclusion_words.values() for w in ws),
                       words(f.count_superlatives), words(f.measure_prepositions), words(f.list_cues),
-                      words(f.relative_words), words(f.bound_superlatives))
+                      words(f.relative_words), words(f.bound_superlatives), words(f.demonstratives))
 
 
 class SemanticQueryError(ValueError):

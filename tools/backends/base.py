@@ -175,6 +175,14 @@ def asks_each_row(piece: str) -> bool:
     return any(f" {r} " in said for r in folded_cues().row_references)
 
 
+def demonstrative_nouns(piece: str) -> list[str]:
+    """The folded word right after each demonstrative of `piece` ("that manager" → "manager")."""
+    from tools.semantic_layer import folded_cues
+
+    said = tokens(piece)
+    return [said[i + 1] for i, w in enumerate(said[:-1]) if w in folded_cues().demonstratives]
+
+
 def pointing_pieces(question: str) -> list[str]:
     """The pieces of `question` after its first, from the first that points back at what came
     before ("each of them", "esses", "that person"); [] when none does.
