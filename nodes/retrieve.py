@@ -31,7 +31,7 @@ from tools.backends.base import (
     asks_each_row,
     demonstrative_nouns,
     part_position,
-    pointing_pieces,
+    pointing_split,
 )
 from tools.llm import Usage
 from tools.services import Services
@@ -109,7 +109,8 @@ def own_chain(name: str, text: str, services: Services | None = None) -> tuple[s
     """
     if not getattr(BACKENDS.get(name), "aggregates", False) or PART_JOINER in text:
         return None
-    rest = pointing_pieces(text)
+    pieces, first = pointing_split(text)
+    rest = pieces[first:] if first else []
     if not rest or asks_each_row(rest[0]):  # "… e de que time é cada um?": a column of the same rows, one query
         return None
     at = text.find(rest[0])
@@ -172,13 +173,15 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
         return BackendCall(question=text, today=ctx.today, profile=ctx.llm_backend, services=svc(ctx),
                            usage=usage, top_k=ctx.docs_top_k, whole=question, given=(*read, *own), feeds=feeds)
 
-    def collect(name: str, fut: Any) -> None:
+    def collect(name: str, fut: Any) -> list[Finding]:
         contexts.append(_result(name, fut, ctx.backend_timeout_seconds))
         if contexts[-1].get("error"):
             errors.append(f"{name}: {contexts[-1]['error']}")
             if str(contexts[-1]["error"]).startswith(UNSAFE):  # the read-only guard refused a query
                 refusals.append(f"{name}: {str(contexts[-1]['error'])[:200]}")
-        given.extend(findings(contexts[-1]))
+        found = findings(contexts[-1])
+        given.extend(found)
+        return found
 
     for i, stage in enumerate(ordered):
         later = i < len(ordered) - 1
@@ -188,11 +191,9 @@ def retrieve(state: State, runtime: Runtime[Context]) -> dict[str, Any]:
                                                                    else parts.get(name, question),
                                                                    later or name in chained))
                    for name in stage}
-        for name, fut in futures.items():
-            collect(name, fut)
+        heads = {name: collect(name, fut) for name, fut in futures.items()}
         for name, (_, tail) in chained.items():  # its own piece that points back, over what it found
-            own = tuple(findings(next(c for c in reversed(contexts) if c.get("backend") == name)))
-            collect(name, _POOL.submit(BACKENDS[name].run, call_for(name, tail, later, own)))
+            collect(name, _POOL.submit(BACKENDS[name].run, call_for(name, tail, later, tuple(heads[name]))))
     standby = plan.get("standby")
     extra: dict[str, Any] = {}
     failed = _failed_query(contexts) if standby in BACKENDS and standby not in planned else None

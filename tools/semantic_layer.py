@@ -225,6 +225,11 @@ class FoldedCues:
     bounds: frozenset[str] = frozenset()  # "maximum", "maximo": a superlative that also names a limit
     demonstratives: frozenset[str] = frozenset()  # "esse", "that": a reference word before a noun
 
+    @property
+    def pointers(self) -> frozenset[str]:
+        """Every word that points back: the reference words and the personal pronouns."""
+        return self.references | self.pronouns
+
 
 @lru_cache(maxsize=4)
 def folded_cues(path: Path = QUERY_CUES_FILE) -> FoldedCues:
@@ -841,7 +846,7 @@ class SemanticLayer:
         except SemanticQueryError:
             return q, []
         ent, text = self.spec.entities[base], " " + " ".join(words) + " "
-        pointers = folded_cues().references | folded_cues().pronouns
+        pointers = folded_cues().pointers
         renamed: dict[str, str] = {}
         for name, op, value in q.filters:
             found = self._dimension(name)
@@ -3732,9 +3737,8 @@ def _role_rooted(text: str, name: str, join: Join) -> bool:
     """
     if _role_said(text, name, join):
         return True
-    roots = {w[:FIELD_STEM] for p in [name.replace("_", " "), *join.synonyms] for w in fold(p).split()
-             if len(w) >= FIELD_STEM}
-    return any(w[:FIELD_STEM] in roots for w in text.split() if len(w) >= FIELD_STEM)
+    roots = stems(" ".join([name.replace("_", " "), *join.synonyms]), FIELD_STEM, FIELD_STEM)
+    return bool(stems(text, FIELD_STEM, FIELD_STEM) & roots)
 
 
 def _role_said(text: str, name: str, join: Join) -> bool:
@@ -4296,7 +4300,7 @@ def pointing_words(question: str) -> list[str]:
     order: `reference_words` and `pronouns` in the cue file.
     """
     cues = folded_cues()
-    return [w for w in re.findall(r"\w+", fold(question)) if w in cues.references | cues.pronouns]
+    return [w for w in re.findall(r"\w+", fold(question)) if w in cues.pointers]
 
 
 def pointed_phrases(text: str) -> list[str]:
@@ -4305,7 +4309,7 @@ def pointed_phrases(text: str) -> list[str]:
     """
     cues = folded_cues()
     tokens = re.findall(r"\w+", fold(text))
-    return [f" {' '.join(tokens[i + 1:i + 3])} " for i, t in enumerate(tokens) if t in cues.references | cues.pronouns]
+    return [f" {' '.join(tokens[i + 1:i + 3])} " for i, t in enumerate(tokens) if t in cues.pointers]
 
 
 def points_back(question: str) -> bool:

@@ -142,29 +142,16 @@ def bounded_question(question: str, given: Sequence[Finding]) -> str:
     later source cannot express (the semantic layer declares no dependency closure) and the whole
     question is refused or answered about X.
     """
-    answered = [f for f in given if f.clause and f.values and f.clause in question]
-    later = _pointing_pieces(question, [f.clause for f in answered])
-    if later:
-        return later
-    for f in answered:
-        question = question.replace(f.clause, ", ".join(f.values), 1)
+    answered = [f.clause for f in given if f.clause and f.values and f.clause in question]
+    # "…, and how many open tickets does each of them have?" with the dependencies written in X's
+    # place asked which services they depend on: when the first piece holds every answered clause
+    # and the pieces that point back hold none, those pieces are the later source's own question
+    pieces, at = pointing_split(question)
+    if answered and at and all(c in pieces[0] for c in answered) and not any(c in p for c in answered for p in pieces[at:]):
+        return ", ".join(pieces[at:])
+    for clause, values in ((f.clause, f.values) for f in given if f.clause in answered):
+        question = question.replace(clause, ", ".join(values), 1)
     return question
-
-
-def _pointing_pieces(question: str, clauses: Sequence[str]) -> str:
-    """The pieces of `question` that point back (`pointing_pieces`), when the first piece holds
-    every clause an earlier source answered and they hold none; "" otherwise.
-
-    Why: "Which services does X depend on, and how many open tickets does each of them have?"
-    with the dependencies written in X's place asked which services they depend on; the later
-    source's own question is the piece that points back, over the set it is given.
-    """
-    pieces = [p.strip() for p in _PARTS.split(question) if p and p.strip()]
-    rest = pointing_pieces(question)
-    if not clauses or not rest or not all(c in pieces[0] for c in clauses) \
-            or any(c in p for c in clauses for p in rest):
-        return ""
-    return ", ".join(rest)
 
 
 def asks_each_row(piece: str) -> bool:
@@ -183,19 +170,17 @@ def demonstrative_nouns(piece: str) -> list[str]:
     return [said[i + 1] for i, w in enumerate(said[:-1]) if w in folded_cues().demonstratives]
 
 
-def pointing_pieces(question: str) -> list[str]:
-    """The pieces of `question` after its first, from the first that points back at what came
-    before ("each of them", "esses", "that person"); [] when none does.
+def pointing_split(question: str) -> tuple[list[str], int]:
+    """The pieces of `question`, and the index of the first after its first that points back at
+    what came before ("each of them", "esses", "that person"); 0 when none does.
     """
     from tools.semantic_layer import folded_cues
 
     pieces = [p.strip() for p in _PARTS.split(question) if p and p.strip()]
-    cues = folded_cues()
-    pointers = cues.references | cues.pronouns
-    for i, piece in enumerate(pieces[1:], start=1):
-        if pointers & set(tokens(piece)) or asks_each_row(piece):
-            return pieces[i:]
-    return []
+    pointers = folded_cues().pointers
+    at = next((i for i, piece in enumerate(pieces[1:], start=1)
+               if pointers & set(tokens(piece)) or asks_each_row(piece)), 0)
+    return pieces, at
 
 
 # where a question that asks two things splits ("… agora? E o que diz o runbook …")

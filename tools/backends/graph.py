@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tools.backends.base import PART_JOINER, BackendCall, Finding, pointing_pieces, render_about, row_findings
+from tools.backends.base import PART_JOINER, BackendCall, Finding, pointing_split, render_about, row_findings
 from tools.services import Services
 from tramita.base.text import fields_asked, fold, phrase_starts
 
@@ -206,7 +206,8 @@ class GraphBackend:
         """
         asked = call.question
         if call.feeds:
-            for piece in pointing_pieces(asked):
+            pieces, at = pointing_split(asked)
+            for piece in pieces[at:] if at else []:
                 asked = asked.replace(piece, " ")
             asked = _without_counted(asked)
         try:

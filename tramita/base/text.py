@@ -59,11 +59,11 @@ def words(text: str) -> list[str]:
 STEM = 5  # leading letters two words share to count as one ("resolve", "resolver", "resolução")
 
 
-def stems(text: str) -> set[str]:
-    """The leading `STEM` letters of each folded word of four letters or more: Portuguese and
+def stems(text: str, size: int = STEM, least: int = 4) -> set[str]:
+    """The leading `size` letters of each folded word of `least` letters or more: Portuguese and
     English inflections of one word (and the two languages' cognates) read alike.
     """
-    return {w[:STEM] for w in re.findall(r"[^\W\d_]{4,}", fold(text))}
+    return {w[:size] for w in re.findall(rf"[^\W\d_]{{{least},}}", fold(text))}
 
 
 def tokens(text: str) -> list[str]:
@@ -273,7 +273,7 @@ def fields_asked(text: str, asked: str) -> list[str]:
     said = set(re.findall(r"\w+", fold(asked)))
     # a label word said in another form ("commanded" for "Incident commander", "comandou" for
     # "Comandante"): the same first FIELD_STEM letters, both words that long
-    roots = {w[:FIELD_STEM] for w in said if len(w) >= FIELD_STEM}
+    roots = stems(asked, FIELD_STEM, FIELD_STEM)
     out = []
     for label, value in labelled_fields(text):
         needed = [w for w in re.findall(r"\w+", fold(label)) if len(w) >= 3]
