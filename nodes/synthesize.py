@@ -318,12 +318,15 @@ def without_preamble(answer: str, question: str, block: str) -> str:
     lines = [" ".join(s.strip() for s in _SENTENCE.findall(ln) if not (s.strip().endswith("?") and _bare(s) in parts))
              if "?" in ln else ln
              for ln in answer.splitlines() if not (ln.strip() and _bare(ln) == asked)]
+    # a line said again is the model looping ("Aqui está a resposta:" twenty times): once is enough
+    once: dict[str, None] = {}
+    lines = [ln for ln in lines if not ln.strip() or (_bare(ln) not in once and once.setdefault(_bare(ln)) is None)]
     body = [i for i, ln in enumerate(lines) if ln.strip()]
-    if len(body) >= 2:
-        opening = lines[body[0]].strip()
-        said = _content(opening)
-        if (opening.endswith(":") and len(opening.split()) <= 12 and not _LIST_ITEM.match(lines[body[1]])
-                and not said & _content(block)):
+    opening = lines[body[0]].strip() if body else ""
+    if opening.endswith(":") and len(opening.split()) <= 12 and not _content(opening) & _content(block):
+        if len(body) == 1:  # it announces nothing: the rows are listed after it (`complete_list`)
+            return ""
+        if not _LIST_ITEM.match(lines[body[1]]):
             lines = lines[body[1]:]
     return "\n".join(lines).strip() or answer.strip()
 

@@ -560,6 +560,21 @@ def test_a_restated_question_and_an_announcing_line_are_left_out() -> None:
     assert without_preamble(question, question, block) == question  # nothing else: the text stays
 
 
+def test_a_looping_answer_says_each_line_once_and_an_answer_that_only_announces_lists_the_rows() -> None:
+    """Written for this test: the 1.5B model, over two rows, wrote its opening line twenty times and
+    nothing else; the rows are the answer. A list item said twice is said once."""
+    block = "[SQL]\n| full_name | hire_date |\n| Helena Prado | 2026-03-02 |\n| Ivo Lima | 2026-04-06 |"
+    looped = "\n".join(["Aqui está a resposta em português:"] * 20)
+    assert without_preamble(looped, "Quem entrou há pouco?", block) == ""
+    twice = "- Helena Prado\n- Ivo Lima\n- Helena Prado"
+    assert without_preamble(twice, "Quem entrou há pouco?", block) == "- Helena Prado\n- Ivo Lima"
+    rows = [{"employees.full_name": "Helena Prado", "employees.hire_date": "2026-03-02"},
+            {"employees.full_name": "Ivo Lima", "employees.hire_date": "2026-04-06"}]
+    ctx = [{"backend": "sql", "error": None, "query": "SELECT full_name, hire_date FROM employees", "rows": rows}]
+    out = complete_list(without_preamble(looped, "Quem entrou há pouco?", block), ctx, "pt", "Quem entrou há pouco?")
+    assert "Helena Prado" in out and "Ivo Lima" in out and "Aqui está" not in out, out
+
+
 CLAIM = {"backend": "sql", "rows": [{"expenses.expense_id": "EXP-0931", "employees.full_name": "Rita Sol",
                                      "expenses.amount_usd": 812.5}]}
 

@@ -25,6 +25,7 @@ from tools.backends.base import BackendCall, Finding, question_parts, row_findin
 from tools.llm import Usage
 from tools.services import Services
 from tools.sql_tool import SQLTool
+from tramita.base.text import fold
 
 MODEL = Path(__file__).resolve().parents[1] / "sample" / "novaops" / "semantic_model.yaml"
 INCIDENT = "INC-2080"  # an incident that hit three services, one that no question set asks about
@@ -741,3 +742,34 @@ def test_a_passage_heading_with_a_colon_is_no_field_and_its_names_are_not_the_re
     part = "are any of its members on call in 2026-W20?"
     assert engine.referent(part, passage, fields_asked(passage, whole), engine=novaops_services.engine,
                            tool=novaops_services.graph_tool, whole=whole) == f"{part} (its: PRJ-103)"
+
+
+def test_a_lookup_bounded_by_a_value_the_user_did_not_say_shows_that_value(tool: SQLTool) -> None:
+    """Written for this test: a query of rows bounded by a name an earlier source found returns the
+    name's column beside what it asks; a count stays one figure, and a value not in `found` (the
+    user said it) adds nothing."""
+    from tools.semantic_layer import layer_for
+
+    layer = layer_for(MODEL, tool)
+    lookup = layer.parse({"expressible": True, "dimensions": ["employees.role"],
+                          "filters": [{"field": "employees.full_name", "op": "=", "value": "Priscila Antunes"}]})
+    shown, notes = layer.show_found(lookup, {fold("Priscila Antunes")})
+    assert shown.dimensions == ["employees.role", "employees.full_name"] and notes
+    rows = tool.query(layer.compile(shown).sql)
+    assert [r["employees.full_name"] for r in rows] == ["Priscila Antunes"], rows
+    assert layer.show_found(lookup, {fold("Fábio Queiroz")}) == (lookup, [])
+    count = layer.parse({"expressible": True, "measures": ["employees.count"],
+                         "filters": [{"field": "employees.full_name", "op": "=", "value": "Priscila Antunes"}]})
+    assert layer.show_found(count, {fold("Priscila Antunes")}) == (count, [])
+
+
+def test_a_part_pointing_at_a_person_a_passage_names_shows_who_it_is_about(novaops_services: Services) -> None:
+    """Written for this test: "qual o cargo dessa pessoa?" after a passage naming one person is asked
+    about that person (no LLM call: the direct fill accounts for every word), and the rows say who."""
+    part = "E qual o cargo dessa pessoa?"
+    passage = "A coordenação do programa fica com Priscila Antunes, com apoio do time Dados."
+    ctx = BACKENDS["sql"].run(BackendCall(question=part, today="2026-05-15", profile="scripted",
+                                          services=novaops_services, usage=Usage(),
+                                          whole=f"Quem coordena o programa? {part}",
+                                          given=(Finding(backend="docs", text=passage),)))
+    assert ctx["rows"] and all(r.get("employees.full_name") == "Priscila Antunes" for r in ctx["rows"]), ctx

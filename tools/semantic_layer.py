@@ -1149,12 +1149,20 @@ class SemanticLayer:
         if ranked is not None:
             measures, kept, order, notes = ranked
             dropped += notes
+        if not kept and order and all(f in self.measure_names for f, _ in order):
+            # one figure has no order ("which tickets were opened in the last 10 days?" filled as
+            # their count ordered by it): the order says no ranking the question asks for
+            dropped.append(f"order {', '.join(f for f, _ in order)} (one figure has no order)")
+            order = []
         single, note = self._one_count(measures, order, tokens, text)
         if note:
             measures = single
             dropped.append(note)
-        # a period's words rank nothing ("the first quarter of 2026")
-        timeless_tokens = _without_phrases(tokens, [" ".join(fold(w).split()) for w, _ in question_periods(question, "")])
+        # a period's or a span's words rank nothing ("the first quarter of 2026", "há menos de 90 dias":
+        # "menos" there bounds a date, it ranks no count); the day a span counts back from is not read
+        spans = [w for w, _, _ in question_durations(question, dt.date.today().isoformat())]
+        timeless_tokens = _without_phrases(tokens, [*(" ".join(fold(w).split()) for w, _ in question_periods(question, "")),
+                                                    *spans])
         listed = self._rows_behind(measures, kept, order, timeless_tokens, " " + " ".join(timeless_tokens) + " ",
                                    q.filters)
         if listed and not self._lists(q, listed):  # the rows must be reachable from one entity, or the count stays
@@ -3166,6 +3174,29 @@ class SemanticLayer:
                     return out, notes + ([f"dimension {name} (a figure for each of the set)"] if per_member else [])
         return q, []
 
+    def show_found(self, q: QueryObject, found: set[str]) -> tuple[QueryObject, list[str]]:
+        """`q` with the column of each filter whose values the user did not say (`found`, folded:
+        an earlier source found them) among its dimensions, for a query of rows (no measures).
+
+        Why: "Quem lidera esse projeto?", after a postmortem named the project, was answered with
+        the lead alone; the user never heard which project the rows are about, and the answer
+        could not say it. A figure is not split by the column (a count stays one count).
+        """
+        if q.measures or not q.expressible or not found:
+            return q, []
+
+        def unsaid(value: Any) -> bool:
+            values = value if isinstance(value, list) else [value]
+            return bool(values) and all(isinstance(v, str) and fold(v) in found for v in values)
+
+        add = list(dict.fromkeys(f for f, o, v in q.filters if o in ("=", "in") and unsaid(v)
+                                 and f not in q.dimensions and self._dimension(f) is not None))
+        if not add:
+            return q, []
+        out = QueryObject(q.expressible, list(q.measures), [*q.dimensions, *add], list(q.segments),
+                          list(q.filters), list(q.order), q.limit)
+        return out, [f"dimension {f} (its value is not the user's: an earlier source found it)" for f in add]
+
     def names_by_state(self, state: str, noun: str) -> bool:
         """Whether `state noun` names rows of an entity by a state ("open tickets", "active
         incidents"): `noun` is the entity's name or a one-word synonym, `state` one of its one-word
@@ -4391,12 +4422,13 @@ def document_figures(layer: SemanticLayer, index: Any, question: str, passages: 
 
 
 def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, backend: str | None,
-                    usage: Any, given: Sequence[Finding] = ()) -> SemanticRun:
+                    usage: Any, given: Sequence[Finding] = (), found: Sequence[str] = ()) -> SemanticRun:
     """Fill the query object with ONE LLM call (none when `tools.semantic_direct` accounts for every
     word), compile it, run it through `tool.query`; a refusal is shown to the LLM once
     (`MAX_REPAIRS`), then the run reports why it gave up. `given`: what
     earlier backends of the turn found; their names are hints, and a set their rows form bounds a
-    query whose question part names no stored value of its own (`SemanticLayer.bind`).
+    query whose question part names no stored value of its own (`SemanticLayer.bind`). `found`: the
+    values the user did not say that the query may be bounded by (`SemanticLayer.show_found`).
     """
     from tools.database import DatabaseUnavailable
     from tools.llm import LLMError, structured_call
@@ -4418,6 +4450,7 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         return run
     earlier, bound = earlier_values(index, heard_before(question, given))
     own = layer.names_values(hits)
+    unsaid = {fold(v) for v in found} | ({fold(v) for _, _, v in earlier} - {fold(v) for _, _, v in hits})
     direct = direct_query(layer, question, hits, today, bound)
     if direct is not None:  # every word accounted for: no LLM call
         run.direct, run.settled, run.accounted = True, list(direct.settled), dict(direct.words)
@@ -4425,6 +4458,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         if not own and not direct.bound:
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
+        q, shown = layer.show_found(q, unsaid)
+        run.settled += shown
         if _execute(layer, q, tool, run) or run.fatal:
             return run
         run.direct, run.accounted = False, {}
@@ -4476,6 +4511,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
+        q, shown = layer.show_found(q, unsaid)
+        run.settled += shown
         run.query_object = q.as_json()
         if not q.expressible:
             run.reason = "the model says the semantic layer cannot express this question"

@@ -72,7 +72,8 @@ class SQLBackend:
         if mirrored is not None:
             return mirrored
         sem = answer_semantic(question, tool, call.services.settings.semantic_model_file(), today=call.today,
-                              backend=call.profile, usage=call.usage, given=call.given)
+                              backend=call.profile, usage=call.usage, given=call.given,
+                              found=_unsaid_found(call, question, bounded))
         if sem.ok or sem.fatal:
             path = "semantic:document" if sem.document else "semantic:direct" if sem.direct else "semantic"
             context = {"backend": self.name, "path": path,
@@ -319,6 +320,18 @@ def _stored_codes(question: str, layer: SemanticLayer, tool: SQLTool,
 def _words(text: str) -> str:
     """The folded words of `text`, hyphens and punctuation as spaces ("auth-service" ~ "Auth Service")."""
     return " ".join(re.findall(r"\w+", fold(text)))
+
+
+def _unsaid_found(call: BackendCall, question: str, bounded: str) -> tuple[str, ...]:
+    """The stored values the part's query may be bounded by that the user did not say: the name
+    written in for what the part points at (`_named_referent`) and the values earlier sources'
+    rows hold, less those the part itself says.
+    """
+    index = _values(call.services.sql_tool)
+    said = {fold(h.value) for h in index.match(bounded, limit=None)}
+    named = [h.value for h in index.match(question, limit=None)] if question != bounded else []
+    rows = [v for f in call.given for v in f.values]
+    return tuple(v for v in dict.fromkeys([*named, *rows]) if fold(v) not in said)
 
 
 def _antecedent(call: BackendCall) -> tuple[Finding, ...]:
