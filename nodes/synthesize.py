@@ -488,8 +488,9 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     """The answer, plus the full list when it names some rows of a short query result but not all
     of them. Why: the 1.5B model stops listing after three or four items ("depends on A, B and C"
     out of seven rows), or names only the first level of a chain, and a user cannot tell a cut
-    list from a complete one. One row named is enough when the question has no superlative
-    (`policies/query_cues.yaml`: "the closest …" asks for one row); without the question, two.
+    list from a complete one. One row named is enough when the question has no superlative that
+    ranks (`ranking_words`: "the closest …" asks for one row, "menos de 100 dias" none); without
+    the question, two.
     An answer that names no row and does not state how many there are gets the list too: the
     model misread the rows ("nenhum serviço chama o redis-cache" over the four that do); so does
     an answer that denies (a negation word) a one-row result and names none of its cells, and one
@@ -498,9 +499,10 @@ def complete_list(answer: str, contexts: list[dict[str, Any]], lang: str, questi
     answered with the cost center alone); so does a one-row result whose cells and figures the
     answer writes none of (it only announced an answer it then did not give).
     """
-    from tools.semantic_layer import folded_cues
+    from tools.semantic_layer import folded_cues, ranking_words
 
-    one = question is None or bool(folded_cues().superlatives & set(re.findall(r"\w+", fold(question))))
+    # a superlative that compares with a number ranks nothing: "quem tem menos de 100 dias de casa"
+    one = question is None or bool(ranking_words(re.findall(r"\w+", fold(question))))
     folded = fold(answer)
     # the last stage first: its rows answer the question (a count per service), the earlier ones
     # are the set it was computed over (the services), whose names its list then already gives

@@ -711,3 +711,14 @@ def test_an_answer_that_reads_other_cells_of_the_rows_keeps_its_text() -> None:
     answer = "Lia Ramos e Teo Brás aprovaram as despesas."
     out = complete_list(answer, [{"backend": "sql", "rows": rows}], "pt", "Quem aprovou as despesas do Zé?")
     assert out.startswith(answer) and "EXP-091" in out
+
+
+def test_a_superlative_that_compares_with_a_number_asks_for_every_row() -> None:
+    """Written for this test: "menos de 100 dias" bounds the rows, it asks for no single one, so an
+    answer naming one of two rows gets the list; "quem tem menos tempo de casa?" asks for one."""
+    rows = [{"employees.full_name": "Helena Prado", "employees.hire_date": "2026-03-02"},
+            {"employees.full_name": "Ivo Lima", "employees.hire_date": "2026-04-06"}]
+    ctx = [{"backend": "sql", "error": None, "query": "SELECT full_name, hire_date FROM employees", "rows": rows}]
+    answer = "Helena Prado tem menos de 100 dias de casa."
+    assert "Ivo Lima" in complete_list(answer, ctx, "pt", "Quem tem menos de 100 dias de casa?")
+    assert complete_list(answer, ctx, "pt", "Quem tem menos tempo de casa?") == answer

@@ -2685,3 +2685,42 @@ def test_the_role_a_name_follows_is_the_one_whose_words_stand_before_it(layer: S
     assert gold and results_match(gold, _answer(layer, tool, settled), ordered=False)
     by, _ = layer.settle(layer.parse(spent), "Which expenses were approved by Tiago Carvalho?")
     assert ("approver.full_name", "=", "Tiago Carvalho") in by.filters
+
+
+def test_a_key_the_question_writes_and_no_filter_holds_bounds_the_rows(layer: SemanticLayer, tool: SQLTool,
+                                                                       novaops: Path) -> None:
+    """Written for this test: "the tickets opened since X for auth-service" filled with the service
+    as a column and no filter lists every service's tickets; the key the question writes bounds
+    them. Two keys of one entity, or a key a filter already holds, add nothing."""
+    filled = layer.parse({"expressible": True, "dimensions": ["tickets.ticket_id", "service.service_id"],
+                          "filters": [{"field": "tickets.created_at", "op": ">=", "value": "2026-04-01"}]})
+    hits = [("services", "service_id", "auth-service"), ("services", "name", "Auth Service")]
+    keys = layer.unfiltered_keys(filled, hits)
+    assert keys == [("services", "service_id", ("auth-service",))]
+    bound, notes = layer.bind(filled, keys, "Quais tickets foram abertos desde abril para o auth-service?")
+    assert notes
+    gold = _rows(novaops, "SELECT ticket_id, service_id FROM tickets WHERE created_at >= '2026-04-01' "
+                          "AND service_id = 'auth-service'")
+    every = _rows(novaops, "SELECT ticket_id, service_id FROM tickets WHERE created_at >= '2026-04-01'")
+    assert gold and len(every) > len(gold)
+    assert results_match(gold, _answer(layer, tool, bound)) and not results_match(gold, _answer(layer, tool, filled))
+    assert layer.unfiltered_keys(filled, [*hits, ("services", "service_id", "api-gateway")]) == []
+    held = layer.parse({"expressible": True, "dimensions": ["tickets.ticket_id"],
+                        "filters": [{"field": "service.service_id", "op": "=", "value": "auth-service"}]})
+    assert layer.unfiltered_keys(held, hits) == []
+
+
+def test_an_entity_s_own_word_does_not_ask_for_its_date_column(layer: SemanticLayer, tool: SQLTool,
+                                                               novaops: Path) -> None:
+    """Written for this test: "how many expenses did she submit?" filled with a count per expense
+    date answered "1" over three dates: "expenses" is the entity's word, no cognate of
+    "expense_date". A breakdown the question names stays."""
+    filled = {"measures": ["expenses.count"], "dimensions": ["expenses.expense_date"],
+              "filters": [{"field": "employee.full_name", "op": "=", "value": "Mariana Figueiredo"}]}
+    settled, notes = layer.settle(layer.parse(filled), "how many expenses did Mariana Figueiredo submit?")
+    assert settled.dimensions == [] and any("not asked for" in n for n in notes), notes
+    gold = _rows(novaops, "SELECT COUNT(*) FROM expenses x JOIN employees e ON e.employee_id = x.employee_id "
+                          "WHERE e.full_name = 'Mariana Figueiredo'")
+    assert gold[0][0] > 1 and results_match(gold, _answer(layer, tool, settled), strict=True)
+    kept, _ = layer.settle(layer.parse(filled), "how many expenses per expense date did Mariana Figueiredo submit?")
+    assert kept.dimensions == ["expenses.expense_date"]

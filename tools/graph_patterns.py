@@ -306,6 +306,10 @@ class GraphPattern(_Strict):
     details: dict[str, list[str]] = Field(default_factory=dict, description=(
         "returned column -> the words that ask for it: a column that only adds to the answer, shown "
         "when the question uses one of its words (the role of each person, the hops of each service)"))
+    keys: list[str] = Field(default_factory=list, description=(
+        "returned columns that are each answer's key (a person's id): returned only when a later source "
+        "of the same turn reads the rows, which then bounds its query by the key, not by a name two "
+        "records may share"))
     counts: list[str] = Field(default_factory=list, description=(
         "nouns that name one answer of the pattern (people, services): 'how many <noun>' is answered by "
         "counting the pattern's distinct answers"))
@@ -332,13 +336,17 @@ class GraphPattern(_Strict):
             raise ValueError(f"details: {unknown} are not columns the pattern returns ({self.returns()})")
         if self.details and not set(self.returns()) - set(self.details):
             raise ValueError("details: at least one returned column must be the answer itself")
+        odd = sorted(set(self.keys) - set(self.returns()) | set(self.keys) & (set(self.details) | self.ordered_by()))
+        if odd or (self.keys and not set(self.returns()) - set(self.keys) - set(self.details)):
+            raise ValueError(f"keys: {odd or self.keys} must be returned columns that are neither details nor "
+                             f"ordered by, beside a column that is the answer itself ({self.returns()})")
         if self.counts and counting_query(self.cypher.ladybug, self.answer_column() or "") is None:
             raise ValueError("counts: the pattern's RETURN cannot be rewritten to count its answers "
                              "(a SKIP or LIMIT, or no returned column that is not a detail)")
         if self.mirrored is not None:
             form, returned = self.mirrored, set(self.returns())
             enums = {p.name: p for p in self.parameters if isinstance(p, EnumParam)}
-            if set(form.columns) - returned or returned - set(self.details) - set(form.columns):
+            if set(form.columns) - returned or returned - set(self.details) - set(self.keys) - set(form.columns):
                 raise ValueError(f"mirrored: columns must be returned columns {self.returns()}, every one that is "
                                  f"not a detail among them")
             if set(form.keys) | set(form.when) != set(names) or set(form.when) - set(enums):
@@ -386,8 +394,8 @@ class GraphPattern(_Strict):
         return re.findall(r"\bAS\s+(\w+)", tail, flags=re.IGNORECASE)
 
     def answer_column(self) -> str | None:
-        """The first returned column that is not a detail: what "how many" counts."""
-        return next((c for c in self.returns() if c not in self.details), None)
+        """The first returned column that is neither a detail nor a key: what "how many" counts."""
+        return next((c for c in self.returns() if c not in self.details and c not in self.keys), None)
 
     def ordered_by(self) -> set[str]:
         """The columns the final ORDER BY sorts on (their aliases, as `returns` names them)."""
@@ -1331,6 +1339,8 @@ class PatternEngine:
         attempt.rows = drop_unasked_details(shown, pattern.details, question,
                                             bounds={n for n, v in attempt.params.items()
                                                     if not isinstance(v, list) or len(v) == 1})
+        if pattern.keys and not rows_for_later:  # a key serves only a later source that reads the rows
+            attempt.rows = drop_unasked_details(attempt.rows, dict.fromkeys(pattern.keys, []), "")
         if attempt.rows is not rows:
             attempt.cypher = _narrowed(tool, attempt.cypher, attempt.params, rows, attempt.rows)
         attempt.ok = True

@@ -2485,17 +2485,21 @@ class SemanticLayer:
         if q.limit is not None and q.limit > 1 and any(
                 _counted(tokens, w, q.limit) for w in [*self._entity_words(prefix), *role_words]):
             return ""  # "os 3 serviços com mais incidentes": that many of the entity's groups, ranked
-        if self._said_column(entity, member, _unreferenced(text)):
+        if self._said_column(entity, member, _unreferenced(text), own_word=not dated):
             # "how many open tickets in total for the services a, b, c" names the column, and asks one figure
             return "one figure over them all" if any(phrase_starts(tokens, w) for w in folded_cues().whole) else ""
         return "not asked for"
 
-    def _said_column(self, entity: str, member: str, text: str) -> bool:
+    def _said_column(self, entity: str, member: str, text: str, own_word: bool = True) -> bool:
         """Whether the folded, space-padded `text` names the dimension: its name, a synonym, or a
-        cognate of its name ("severidade" ~ severity).
+        cognate of its name ("severidade" ~ severity). `own_word` False: not by a cognate of the
+        part of its name that is its entity's own word ("expenses" is no "expense_date").
         """
         dim = self.spec.entities[entity].dimensions[member]
-        return any(_has(text, w) for w in _column_words(member, dim)) or _cognate(text.split(), member)
+        if any(_has(text, w) for w in _column_words(member, dim)):
+            return True
+        own = {fold(w)[:5] for w in self._entity_words(entity)} if not own_word else set()
+        return _cognate(text.split(), "_".join(w for w in member.split("_") if w[:5] not in own))
 
     def _named_dimensions(self, kept: list[str], text: str) -> tuple[list[str], list[str]]:
         """A list's dimensions with the column the question names swapped in: "the latest incident
@@ -3173,6 +3177,28 @@ class SemanticLayer:
                     notes = [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
                     return out, notes + ([f"dimension {name} (a figure for each of the set)"] if per_member else [])
         return q, []
+
+    def unfiltered_keys(self, q: QueryObject, hits: Iterable[tuple[str, str, str]]
+                        ) -> list[tuple[str, str, tuple[str, ...]]]:
+        """The record keys the question writes (`hits` on an entity's primary key: "auth-service",
+        "INC-2040") that no filter of `q` holds, as sets for `bind`; [] when it writes two keys of
+        one entity (which of them bounds what is the model's reading) or `q` is no query.
+
+        Why: "Quais tickets foram abertos nos últimos 7 dias para o auth-service?" was filled with
+        the service as a column and no filter, and listed every service's tickets. A key the user
+        typed names the record the rows are about.
+        """
+        if not q.expressible:
+            return []
+        held = {fold(str(x)) for _, _, v in q.filters for x in (v if isinstance(v, list) else [v])}
+        keys = {(ent.table_name(e), ent.dimensions[ent.primary_key].column or ent.primary_key)
+                for e, ent in self.spec.entities.items() if ent.primary_key in ent.dimensions}
+        said: dict[tuple[str, str], set[str]] = {}
+        for t, c, v in hits:
+            if (t, c) in keys:
+                said.setdefault((t, c), set()).add(v)
+        return [(t, c, (next(iter(vs)),)) for (t, c), vs in sorted(said.items())
+                if len(vs) == 1 and not {fold(v) for v in vs} & held]
 
     def show_found(self, q: QueryObject, found: set[str]) -> tuple[QueryObject, list[str]]:
         """`q` with the column of each filter whose values the user did not say (`found`, folded:
@@ -4507,7 +4533,9 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
         q, moved = layer.relink_heard(q, hits, _holds(tool, index.columns))
-        run.settled += [*recounted, *periods, *figured, *rebased, *settled, *moved]
+        q, keyed = layer.bind(q, layer.unfiltered_keys(q, hits), question)
+        run.settled += [*recounted, *periods, *figured, *rebased, *settled, *moved,
+                        *(n.replace("the set an earlier source found", "a key the question writes") for n in keyed)]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note

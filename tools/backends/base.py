@@ -184,7 +184,9 @@ def pointing_split(question: str) -> tuple[list[str], int]:
 
 
 # where a question that asks two things splits ("… agora? E o que diz o runbook …")
-_PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?:qual|quais|quem|quando|como|"
+# ("… e em que cidade essa pessoa trabalha?": a question word after a preposition starts one too)
+_PARTS = re.compile(r"[?;!]+|\.\s+|,\s*(?:e|and|mas|but)\s+|\s+(?:e|and)\s+(?=(?:(?:em|de|para|com|in|for|on|at)\s+"
+                    r"(?:que|qual|quais|quem|what|which|whom)|qual|quais|quem|quando|como|"
                     r"quantos|quantas|quanto|o que|onde|what|which|who|when|how|where|is|are|does|did)\b)",
                     re.IGNORECASE)
 
