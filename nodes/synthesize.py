@@ -319,8 +319,14 @@ def without_preamble(answer: str, question: str, block: str) -> str:
              if "?" in ln else ln
              for ln in answer.splitlines() if not (ln.strip() and _bare(ln) == asked)]
     # a line said again is the model looping ("Aqui está a resposta:" twenty times): once is enough
-    once: dict[str, None] = {}
-    lines = [ln for ln in lines if not ln.strip() or (_bare(ln) not in once and once.setdefault(_bare(ln)) is None)]
+    said_lines: set[str] = set()
+    once: list[str] = []
+    for ln in lines:
+        if ln.strip() and _bare(ln) in said_lines:
+            continue
+        said_lines.add(_bare(ln))
+        once.append(ln)
+    lines = once
     body = [i for i, ln in enumerate(lines) if ln.strip()]
     opening = lines[body[0]].strip() if body else ""
     if opening.endswith(":") and len(opening.split()) <= 12 and not _content(opening) & _content(block):

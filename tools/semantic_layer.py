@@ -3140,8 +3140,8 @@ class SemanticLayer:
         """
         return any(self.column_dimensions.get((t, c)) for t, c, _ in hits)
 
-    def bind(self, q: QueryObject, bound: Sequence[tuple[str, str, Sequence[str]]], question: str = ""
-             ) -> tuple[QueryObject, list[str]]:
+    def bind(self, q: QueryObject, bound: Sequence[tuple[str, str, Sequence[str]]], question: str = "",
+             source: str = "the set an earlier source found") -> tuple[QueryObject, list[str]]:
         """Bound the query by a set an earlier source of the same turn found (`bound`: table,
         column and the values its rows hold there), when the query has no filter on that entity.
 
@@ -3151,6 +3151,7 @@ class SemanticLayer:
         part that names its own rows ("who commanded INC-1?") is not about the earlier set. The set
         is reached through the entity's default join, or through a role (join) the question names
         by one of its words ("tickets assigned to that person"); never through a role it does not.
+        `source` says what the set is, in the note (a key the question writes: `unfiltered_keys`).
         """
         if not q.expressible or not bound:
             return q, []
@@ -3174,7 +3175,7 @@ class SemanticLayer:
                         self.plan(out)  # the query's entity must reach the set's
                     except SemanticQueryError:
                         continue
-                    notes = [f"filter {name} in {list(values)!r} (the set an earlier source found)"]
+                    notes = [f"filter {name} in {list(values)!r} ({source})"]
                     return out, notes + ([f"dimension {name} (a figure for each of the set)"] if per_member else [])
         return q, []
 
@@ -4533,9 +4534,8 @@ def answer_semantic(question: str, tool: Any, model_path: Path, *, today: str, b
         q, rebased = layer.rebase_measures(q)
         q, settled = layer.settle(q, question, heard=[v for _, _, v in [*hits, *earlier]])
         q, moved = layer.relink_heard(q, hits, _holds(tool, index.columns))
-        q, keyed = layer.bind(q, layer.unfiltered_keys(q, hits), question)
-        run.settled += [*recounted, *periods, *figured, *rebased, *settled, *moved,
-                        *(n.replace("the set an earlier source found", "a key the question writes") for n in keyed)]
+        q, keyed = layer.bind(q, layer.unfiltered_keys(q, hits), question, source="a key the question writes")
+        run.settled += [*recounted, *periods, *figured, *rebased, *settled, *moved, *keyed]
         if not own:  # a part that names no stored value of its own is about the earlier set
             q, bound_note = layer.bind(q, bound, question)
             run.settled += bound_note
