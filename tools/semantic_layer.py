@@ -57,7 +57,7 @@ from tools.semantic_model import (
 from tools.sql_mend import Scale, mend, scale_side, scales_of
 from tramita.base.paths import POLICIES_DIR
 from tramita.base.policyfile import PolicyError, load_model
-from tramita.base.text import FIELD_STEM, MONTHS, asked_after_opener, fold, phrase_starts, stems
+from tramita.base.text import FIELD_STEM, MONTHS, STEM, asked_after_opener, fold, phrase_starts, stems
 
 if TYPE_CHECKING:
     from tools.backends.base import Finding
@@ -2415,8 +2415,8 @@ class SemanticLayer:
             for member, dim in ent.dimensions.items():
                 if not dim.expr and (member == label) is labels and self.kind(entity, member) == "string":
                     columns.add((ent.table_name(entity), dim.column or member))
-            if ent.primary_key in ent.dimensions:
-                keys.add((ent.table_name(entity), ent.dimensions[ent.primary_key].column or ent.primary_key))
+            if entity in self.key_columns:
+                keys.add(self.key_columns[entity])
         found = list(dict.fromkeys(v for t, c, v in hits if (t, c) in columns))
         # a record the passages name by its id alone ("o projeto PRJ-110") is named by its key
         return found if found or not labels else list(dict.fromkeys(v for t, c, v in hits if (t, c) in keys))
@@ -2498,8 +2498,8 @@ class SemanticLayer:
         dim = self.spec.entities[entity].dimensions[member]
         if any(_has(text, w) for w in _column_words(member, dim)):
             return True
-        own = {fold(w)[:5] for w in self._entity_words(entity)} if not own_word else set()
-        return _cognate(text.split(), "_".join(w for w in member.split("_") if w[:5] not in own))
+        own = frozenset(fold(w)[:STEM] for w in self._entity_words(entity)) if not own_word else frozenset()
+        return _cognate(text.split(), member, skip=own)
 
     def _named_dimensions(self, kept: list[str], text: str) -> tuple[list[str], list[str]]:
         """A list's dimensions with the column the question names swapped in: "the latest incident
@@ -3088,6 +3088,14 @@ class SemanticLayer:
                     by_column.setdefault((ent.table_name(ename), d.column or dname), []).append(f"{ename}.{dname}")
         return by_column
 
+    @cached_property
+    def key_columns(self) -> dict[str, tuple[str, str]]:
+        """Each entity's (table, column) its primary key is stored in, for the entities whose key is a
+        dimension (derived once per layer: the model is fixed).
+        """
+        return {e: (ent.table_name(e), ent.dimensions[ent.primary_key].column or ent.primary_key)
+                for e, ent in self.spec.entities.items() if ent.primary_key in ent.dimensions}
+
     def relink_heard(self, q: QueryObject, hits: Iterable[tuple[str, str, str]],
                      holds: Callable[[str, str, str], bool]) -> tuple[QueryObject, list[str]]:
         """A text filter on a column that does not hold its value moves to the one column where the
@@ -3192,8 +3200,7 @@ class SemanticLayer:
         if not q.expressible:
             return []
         held = {fold(str(x)) for _, _, v in q.filters for x in (v if isinstance(v, list) else [v])}
-        keys = {(ent.table_name(e), ent.dimensions[ent.primary_key].column or ent.primary_key)
-                for e, ent in self.spec.entities.items() if ent.primary_key in ent.dimensions}
+        keys = set(self.key_columns.values())
         said: dict[tuple[str, str], set[str]] = {}
         for t, c, v in hits:
             if (t, c) in keys:
@@ -3877,12 +3884,13 @@ def _one_bucket(period: str, grain: str) -> bool:
     return bucket(start) == bucket(last)
 
 
-def _cognate(tokens: list[str], member: str) -> bool:
-    """Whether a question word shares its first five letters with a word of the column's name
-    ("categoria" ~ category, "prioridade" ~ priority): Portuguese and English cognates.
+def _cognate(tokens: list[str], member: str, skip: frozenset[str] = frozenset()) -> bool:
+    """Whether a question word shares its first `STEM` letters with a word of the column's name
+    ("categoria" ~ category, "prioridade" ~ priority): Portuguese and English cognates. `skip`:
+    leading letters that count for nothing (its entity's own word in "expense_date").
     """
-    stems = {w[:5] for w in member.split("_") if len(w) >= 5}
-    return any(t[:5] in stems for t in tokens if len(t) >= 5)
+    roots = {w[:STEM] for w in member.split("_") if len(w) >= STEM} - skip
+    return any(t[:STEM] in roots for t in tokens if len(t) >= STEM)
 
 
 def _after_cue(tokens: list[str], words: str, only: frozenset[str] | None = None,
